@@ -1,0 +1,218 @@
+"""The `kafkaproof` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from . import logs
+from .errors import KafkaproofError
+
+
+def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
+    """Parse `key=value` pairs; values that look like JSON (numbers, true/false, lists) are decoded."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise KafkaproofError(f"{what}: expected key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+# --- cluster -----------------------------------------------------------------
+
+def cmd_cluster_up(args) -> int:
+    from .cluster import ClusterConfig, LocalCluster
+    cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
+                        kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
+                        network=args.network, heap=args.heap)
+    cluster = LocalCluster.up(cfg)
+    if args.json:
+        print(json.dumps(cluster.status(), indent=2))
+    else:
+        print(cluster.bootstrap_servers())
+    return 0
+
+
+def cmd_cluster_status(args) -> int:
+    from .cluster import LocalCluster
+    status = LocalCluster.attach(args.name).status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(f"cluster {status['name']}: Kafka {status['kafka_version']}, network {status['network']}, "
+          f"active controller {status['active_controller']}")
+    print(f"bootstrap: {status['bootstrap_servers']}")
+    for n in status["nodes"]:
+        print(f"  node {n['id']:>3} {n['roles']:<18} {n['address']:<22} pid {n['pid']} {n['state']}")
+    for topic, parts in status["topics"].items():
+        for p, info in parts.items():
+            print(f"  {topic}-{p}: leader {info['leader']} replicas {info['replicas']} isr {info['isr']}")
+    for f in status["active_faults"]:
+        print(f"  fault {f['fault_id']}: {f['kind']} {f['target']} nodes {f['nodes']} {f['params'] or ''}")
+    if status["metadata_error"]:
+        print(f"  (metadata unavailable: {status['metadata_error']})")
+    return 0
+
+
+def cmd_cluster_down(args) -> int:
+    from .cluster import LocalCluster, down_all
+    from .state import list_clusters
+    if args.all:
+        names = down_all()
+        print(f"down: {', '.join(names) if names else 'nothing was running'}")
+        return 0
+    if args.name not in list_clusters():
+        print(f"no cluster named {args.name!r} is running")
+        return 0
+    LocalCluster.attach(args.name).down()
+    print(f"cluster {args.name} is down")
+    return 0
+
+
+def cmd_install_kafka(args) -> int:
+    from .install import ensure_kafka
+    dist = ensure_kafka(args.kafka_version)
+    print(f"Kafka {dist.version} ({dist.source}): {dist.libs}")
+    return 0
+
+
+# --- faults ------------------------------------------------------------------
+
+def cmd_fault_inject(args) -> int:
+    from .cluster import LocalCluster
+    from .faults import FaultInjector, FaultSpec
+    spec = FaultSpec(args.kind, args.target or "", parse_kv(args.param, "--param")).validate("fault")
+    cluster = LocalCluster.attach(args.name)
+    injector = FaultInjector(cluster, topic=args.topic)
+    fault = injector.inject(spec)
+    print(json.dumps(fault.to_json(), indent=2) if args.json else
+          f"{fault.fault_id}: {fault.kind} on nodes {fault.nodes} (heal with `kafkaproof fault heal {fault.fault_id}`)")
+    return 0
+
+
+def cmd_fault_heal(args) -> int:
+    from .cluster import LocalCluster
+    from .faults import FaultInjector, heal_all
+    cluster = LocalCluster.attach(args.name)
+    if args.all:
+        healed = heal_all(cluster)
+        print(f"healed: {', '.join(healed) if healed else 'no active faults'}")
+        return 0
+    if not args.fault_id:
+        raise KafkaproofError("give a fault id or --all")
+    active = [f["fault_id"] for f in cluster.state()["faults"]]
+    if args.fault_id not in active:
+        raise KafkaproofError(f"no active fault {args.fault_id!r}; active: {', '.join(active) or 'none'}")
+    FaultInjector(cluster).heal(args.fault_id)
+    print(f"healed {args.fault_id}")
+    return 0
+
+
+def cmd_fault_list(args) -> int:
+    from .cluster import LocalCluster
+    from .faults import FAULT_KINDS, FAULT_PARAMS, PARTITION_SHAPES, TARGET_FORMS
+    if args.kinds:
+        for kind in FAULT_KINDS:
+            params = ", ".join(f"{p}{'' if req else '?'}" for p, (_, req) in FAULT_PARAMS[kind].items())
+            print(f"{kind:<12} params: {params or '-'}")
+        print("targets: " + ", ".join(TARGET_FORMS))
+        print("partition shapes: " + ", ".join(PARTITION_SHAPES) + ", or explicit groups [[1],[2,3]]")
+        return 0
+    faults = LocalCluster.attach(args.name).state()["faults"]
+    if args.json:
+        print(json.dumps(faults, indent=2))
+    for f in faults if not args.json else []:
+        print(f"{f['fault_id']}: {f['kind']} {f['target']} nodes {f['nodes']} since {f['start_wall']} {f['params'] or ''}")
+    if not faults and not args.json:
+        print("no active faults")
+    return 0
+
+
+# --- parser ------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from .install import DEFAULT_KAFKA_VERSION
+    p = argparse.ArgumentParser(prog="kafkaproof", description="Reliability tests for Apache Kafka.")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def named(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--name", default="default", help="cluster name (default: default)")
+        return sp
+
+    cl = sub.add_parser("cluster", help="start, inspect and stop a local Kafka cluster")
+    clsub = cl.add_subparsers(dest="cluster_command", required=True)
+    up = named(clsub.add_parser("up", help="start a KRaft cluster and wait until it is ready"))
+    up.add_argument("--brokers", type=_positive_int, default=3, help="broker nodes (default 3)")
+    up.add_argument("--controllers", type=int, default=0,
+                    help="dedicated controller nodes; 0 = brokers are also the controllers (default)")
+    up.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION, help=f"default {DEFAULT_KAFKA_VERSION}")
+    up.add_argument("--config", action="append", metavar="KEY=VALUE", help="broker config, repeatable")
+    up.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto")
+    up.add_argument("--heap", default="512m", help="JVM heap per node (default 512m)")
+    up.add_argument("--json", action="store_true", help="print the status as JSON")
+    up.set_defaults(func=cmd_cluster_up)
+    stp = named(clsub.add_parser("status", help="nodes, controller, partitions, active faults"))
+    stp.add_argument("--json", action="store_true")
+    stp.set_defaults(func=cmd_cluster_status)
+    dn = named(clsub.add_parser("down", help="heal faults, stop nodes, remove namespaces (also after a crash)"))
+    dn.add_argument("--all", action="store_true", help="every kafkaproof cluster on this host")
+    dn.set_defaults(func=cmd_cluster_down)
+
+    ik = sub.add_parser("install-kafka", help="install a Kafka distribution from Maven Central")
+    ik.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
+    ik.set_defaults(func=cmd_install_kafka)
+
+    fl = sub.add_parser("fault", help="inject and heal faults by hand")
+    flsub = fl.add_subparsers(dest="fault_command", required=True)
+    inj = named(flsub.add_parser("inject", help="inject a fault (see `fault list --kinds`)"))
+    inj.add_argument("kind")
+    inj.add_argument("--target", help="e.g. node:2, leader:0, controller, follower:0, random")
+    inj.add_argument("--param", action="append", metavar="KEY=VALUE", help="fault parameter, repeatable")
+    inj.add_argument("--topic", help="topic for leader:/follower: targets")
+    inj.add_argument("--json", action="store_true")
+    inj.set_defaults(func=cmd_fault_inject)
+    hl = named(flsub.add_parser("heal", help="heal one fault or all"))
+    hl.add_argument("fault_id", nargs="?")
+    hl.add_argument("--all", action="store_true")
+    hl.set_defaults(func=cmd_fault_heal)
+    ls = named(flsub.add_parser("list", help="active faults, or the fault catalog with --kinds"))
+    ls.add_argument("--kinds", action="store_true")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_fault_list)
+
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.setup(args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except KafkaproofError as e:
+        print(f"kafkaproof: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kafkaproof: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

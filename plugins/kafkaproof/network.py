@@ -1,0 +1,188 @@
+"""Network namespaces, veth links, nftables rules and tc qdiscs for cluster nodes.
+
+Layout (cluster slot `s`, node position `i`): namespace `kp<s>n<id>`, a veth pair
+`kp<s>n<id>h` (root namespace) <-> `eth0` (node namespace) carrying the /30
+`10.77.<s>.<4i>`; the root side is `.4i+1`, the node `.4i+2`. The root namespace
+routes between the nodes (ip_forward), so broker-to-broker traffic crosses two
+veths and the root namespace, where nothing else filters it. Faults install
+nftables tables named `kp_<fault_id>` inside node namespaces; deleting the table
+heals the fault.
+
+Every function here acts only on names with the `kp` prefix it created.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .errors import FaultError, ClusterError
+
+log = logging.getLogger(__name__)
+
+SUBNET_PREFIX = "10.77"
+NAME_RE = re.compile(r"^kp\d{1,3}n\d{1,4}$")
+NFT_TABLE_RE = re.compile(r"^kp_[A-Za-z0-9_]+$")
+MAX_SLOTS = 250
+
+
+@dataclass(frozen=True)
+class NodeLink:
+    """One node's network attachment."""
+
+    namespace: str
+    veth_host: str
+    host_ip: str  # root-namespace side of the /30 (clients reach the node from here)
+    node_ip: str  # the node's own address
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+    @staticmethod
+    def from_json(d: dict) -> "NodeLink":
+        return NodeLink(**d)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def namespaces_supported() -> bool:
+    """True when this process can create network namespaces (root with `ip` available)."""
+    return is_root() and shutil.which("ip") is not None
+
+
+def plan_link(slot: int, position: int, node_id: int) -> NodeLink:
+    """Pure: the names and addresses of a node's link (see module docstring)."""
+    if not 1 <= slot <= MAX_SLOTS:
+        raise ClusterError(f"cluster slot {slot} out of range 1..{MAX_SLOTS}")
+    if not 0 <= position < 63:
+        raise ClusterError("at most 63 nodes per cluster")
+    base = 4 * position
+    name = f"kp{slot}n{node_id}"
+    return NodeLink(namespace=name, veth_host=f"{name}h", host_ip=f"{SUBNET_PREFIX}.{slot}.{base + 1}",
+                    node_ip=f"{SUBNET_PREFIX}.{slot}.{base + 2}")
+
+
+def run(cmd: list[str], *, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run a system command, raising ClusterError with its stderr when it fails and `check`."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    if check and proc.returncode != 0:
+        raise ClusterError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+    return proc
+
+
+def _check_name(name: str) -> None:
+    if not NAME_RE.match(name):
+        raise FaultError(f"refusing to touch {name!r}: not a kafkaproof namespace")
+
+
+def create_link(link: NodeLink) -> None:
+    """Create the namespace and veth pair of one node and address both ends."""
+    _check_name(link.namespace)
+    destroy_link(link)  # leftovers of a crashed run with the same slot
+    ns = link.namespace
+    run(["ip", "netns", "add", ns])
+    run(["ip", "link", "add", link.veth_host, "type", "veth", "peer", "name", "eth0", "netns", ns])
+    run(["ip", "addr", "add", f"{link.host_ip}/30", "dev", link.veth_host])
+    run(["ip", "link", "set", link.veth_host, "up"])
+    run(["ip", "-n", ns, "addr", "add", f"{link.node_ip}/30", "dev", "eth0"])
+    run(["ip", "-n", ns, "link", "set", "lo", "up"])
+    run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+    run(["ip", "-n", ns, "route", "add", "default", "via", link.host_ip])
+    enable_forwarding()
+
+
+def enable_forwarding() -> None:
+    """Let the root namespace route between node namespaces."""
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        if f.read().strip() == "1":
+            return
+    with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+        f.write("1\n")
+
+
+def destroy_link(link: NodeLink) -> None:
+    """Delete a node's namespace (which deletes its veth end, rules and qdiscs) and the host veth."""
+    _check_name(link.namespace)
+    run(["ip", "link", "del", link.veth_host], check=False)
+    run(["ip", "netns", "del", link.namespace], check=False)
+
+
+def list_kafkaproof_namespaces() -> list[str]:
+    """Names of existing namespaces that kafkaproof creates (by naming convention)."""
+    proc = run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in proc.stdout.splitlines() if line and NAME_RE.match(line.split()[0])]
+
+
+def netns_prefix(namespace: str | None) -> list[str]:
+    """Command prefix to run something inside `namespace` (empty for the root namespace)."""
+    return ["ip", "netns", "exec", namespace] if namespace else []
+
+
+# --- nftables ---------------------------------------------------------------
+
+def nft_ruleset(table: str, input_rules: list[str], output_rules: list[str]) -> str:
+    """Pure: an nft script creating `table` with filter chains holding the given rules."""
+    if not NFT_TABLE_RE.match(table):
+        raise FaultError(f"bad nft table name {table!r}")
+    lines = [f"table inet {table} {{",
+             "  chain input { type filter hook input priority -10; policy accept;"]
+    lines += [f"    {r}" for r in input_rules]
+    lines += ["  }", "  chain output { type filter hook output priority -10; policy accept;"]
+    lines += [f"    {r}" for r in output_rules]
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def nft_apply(namespace: str, script: str) -> None:
+    """Load an nft script inside a node namespace."""
+    _check_name(namespace)
+    if not shutil.which("nft"):
+        raise FaultError("network faults need nftables: apt-get install nftables")
+    proc = run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], check=False, input=script)
+    if proc.returncode != 0:
+        raise FaultError(f"nft rejected the rules in {namespace}: {proc.stderr.strip()}\n{script}")
+
+
+def nft_delete_table(namespace: str, table: str) -> None:
+    """Delete one of our nft tables in a namespace; a missing table or namespace is fine."""
+    _check_name(namespace)
+    if not NFT_TABLE_RE.match(table):
+        raise FaultError(f"refusing to delete nft table {table!r}: not created by kafkaproof")
+    run(["ip", "netns", "exec", namespace, "nft", "delete", "table", "inet", table], check=False)
+
+
+def nft_tables(namespace: str) -> list[str]:
+    """Names of the nft tables inside a node namespace."""
+    _check_name(namespace)
+    proc = run(["ip", "netns", "exec", namespace, "nft", "list", "tables"], check=False)
+    return [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("table")]
+
+
+# --- tc (bandwidth) ---------------------------------------------------------
+
+def tbf_args(rate_kbit: int, burst_kbit: int | None = None, latency_ms: int = 500) -> list[str]:
+    """Pure: tc arguments of a token bucket filter limiting to `rate_kbit`."""
+    if rate_kbit <= 0:
+        raise FaultError(f"bandwidth rate must be > 0 kbit/s, got {rate_kbit}")
+    burst = burst_kbit or max(32, rate_kbit // 50)
+    return ["tbf", "rate", f"{rate_kbit}kbit", "burst", f"{burst}kbit", "latency", f"{latency_ms}ms"]
+
+
+def tc_limit(link: NodeLink, rate_kbit: int) -> None:
+    """Limit a node's bandwidth both ways: egress of its eth0 and of the host veth toward it."""
+    _check_name(link.namespace)
+    args = tbf_args(rate_kbit)
+    run(["ip", "netns", "exec", link.namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", *args])
+    run(["tc", "qdisc", "replace", "dev", link.veth_host, "root", *args])
+
+
+def tc_clear(link: NodeLink) -> None:
+    """Remove our bandwidth limits from a node's link."""
+    _check_name(link.namespace)
+    run(["ip", "netns", "exec", link.namespace, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+    run(["tc", "qdisc", "del", "dev", link.veth_host, "root"], check=False)

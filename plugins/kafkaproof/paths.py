@@ -1,0 +1,27 @@
+"""Where kafkaproof keeps its caches and state. Overridable with environment variables."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Download cache (Kafka distributions): `$KAFKAPROOF_CACHE` or `~/.cache/kafkaproof`."""
+    return Path(os.environ.get("KAFKAPROOF_CACHE") or Path.home() / ".cache" / "kafkaproof")
+
+
+def state_dir() -> Path:
+    """Live cluster state (data dirs, logs, state files): `$KAFKAPROOF_STATE` or `~/.local/state/kafkaproof`."""
+    return Path(os.environ.get("KAFKAPROOF_STATE") or Path.home() / ".local" / "state" / "kafkaproof")
+
+
+def runs_dir() -> Path:
+    """Default parent of run directories: `$KAFKAPROOF_RUNS` or `./runs`."""
+    return Path(os.environ.get("KAFKAPROOF_RUNS") or "runs")
+
+
+def repo_root() -> Path | None:
+    """The source checkout this package runs from, if any (for `scenarios/`, `spark/`, `expectations/`)."""
+    here = Path(__file__).resolve().parent  # plugins/kafkaproof
+    root = here.parent.parent
+    return root if (root / "scenarios").is_dir() else None

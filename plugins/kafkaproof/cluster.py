@@ -36,7 +36,7 @@ LOOPBACK_PORT_BASE = 20000
 CONTROLLER_ID_BASE = 100
 MAX_BROKERS = 9
 
-_METADATA_TIMEOUT_S = 5.0
+_METADATA_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -444,12 +444,21 @@ class LocalCluster:
             return None
         return best[0]
 
-    def metadata(self, topic: str | None = None, timeout_s: float = _METADATA_TIMEOUT_S):
-        """Cluster metadata from a live broker (confluent_kafka ClusterMetadata)."""
-        try:
-            return self.admin().list_topics(topic=topic, timeout=timeout_s)
-        except Exception as e:
-            raise ClusterError(f"cannot read metadata from {self.bootstrap_servers()}: {e}") from e
+    def metadata(self, topic: str | None = None, timeout_s: float = _METADATA_TIMEOUT_S, attempts: int = 3):
+        """Cluster metadata from a live broker (confluent_kafka ClusterMetadata).
+
+        librdkafka may send the request over a connection to a node that a fault
+        silently cut off; on a timeout we retry with a fresh client, whose new
+        connections only succeed to reachable brokers.
+        """
+        last: Exception | None = None
+        for _ in range(attempts):
+            try:
+                return self.admin().list_topics(topic=topic, timeout=timeout_s)
+            except Exception as e:  # KafkaException; the message is what matters
+                last = e
+                self._admin = None
+        raise ClusterError(f"cannot read metadata from {self.bootstrap_servers()}: {last}") from last
 
     def registered_brokers(self) -> set[int]:
         return set(self.metadata().brokers)

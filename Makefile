@@ -1,0 +1,60 @@
+# kafkaproof: `make run` runs the nightly pipeline once; `make test` runs every test.
+# Both set everything up first (idempotent, quick when already done).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export KAFKAPROOF_CACHE ?= $(CURDIR)/.cache
+export KAFKAPROOF_STATE ?= $(CURDIR)/.state
+export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
+# Kafka versions installed by `make setup`: the default (newest 4.x) and production 3.9.x.
+KAFKA_VERSIONS ?= 4.3.1 3.9.2
+PYTEST_ARGS ?=
+
+.PHONY: help setup system-packages python kafka test test-unit test-spark test-cluster run clean down
+
+help:
+	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
+	@echo "make test   set up, then run every test (unit, spark, cluster, airflow)"
+	@echo "make setup  only set up (.venv, Debian packages, Kafka from Maven Central)"
+	@echo "make down   tear down every local cluster and heal leftover faults"
+
+setup: system-packages python kafka
+
+system-packages:
+	@bash scripts/system-packages.sh
+
+python: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "[setup] installing Python dependencies into $(VENV) (a few minutes the first time)"
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -r requirements.txt -c constraints.txt
+	@$(PY) -m pip install -q --no-deps -e .
+	@touch $@
+
+kafka: python
+	@for v in $(KAFKA_VERSIONS); do $(PY) -m kafkaproof install-kafka --kafka-version $$v; done
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: python
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+test-spark: python
+	$(PY) -m pytest -m spark $(PYTEST_ARGS)
+
+test-cluster: setup
+	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
+
+run: setup
+	@bash scripts/run-nightly.sh
+
+down: python
+	$(PY) -m kafkaproof cluster down --all
+
+clean: down
+	rm -rf .state runs

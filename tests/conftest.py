@@ -1,0 +1,47 @@
+"""Shared fixtures. Cluster tests start real Kafka brokers; they clean up even when a test fails."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from kafkaproof import network
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    os.environ.setdefault("KAFKAPROOF_CACHE", str(REPO / ".cache"))
+    os.environ.setdefault("KAFKAPROOF_STATE", str(REPO / ".state"))
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+def cluster_name(request) -> str:
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:24].strip("-")
+    return f"t-{base}"
+
+
+@pytest.fixture
+def make_cluster(request):
+    """Factory: start a LocalCluster with the given config; always torn down after the test."""
+    from kafkaproof.cluster import ClusterConfig, LocalCluster
+    started: list[LocalCluster] = []
+
+    def make(**kwargs) -> LocalCluster:
+        kwargs.setdefault("name", f"{cluster_name(request)}-{len(started)}")
+        cfg = ClusterConfig(**kwargs)
+        c = LocalCluster.up(cfg)
+        started.append(c)
+        return c
+
+    yield make
+    for c in started:
+        c.down()
+
+

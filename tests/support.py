@@ -1,0 +1,50 @@
+"""Helpers shared by tests (imported as `support`)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from kafkaproof import network
+
+needs_root = pytest.mark.skipif(not network.namespaces_supported(),
+                                reason="network faults need root (network namespaces, nftables)")
+
+
+def produce(bootstrap: str, topic: str, n: int, **config) -> tuple[int, list[str]]:
+    """Produce `n` small records and wait for every delivery report: (acked, error names)."""
+    from confluent_kafka import Producer
+    errors: list[str] = []
+    acked = 0
+
+    def on_delivery(err, msg):
+        nonlocal acked
+        if err is None:
+            acked += 1
+        else:
+            errors.append(err.name())
+
+    conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 2}
+    conf.update(config)
+    p = Producer(conf)
+    for i in range(n):
+        p.produce(topic, key=str(i % 7), value=f"v{i}", on_delivery=on_delivery)
+        p.poll(0)
+    deadline = time.monotonic() + 120
+    while len(p) and time.monotonic() < deadline:
+        p.flush(1)
+    assert not len(p), "producer did not finish within 120 s"
+    return acked, errors
+
+
+def leftovers() -> dict[str, str]:
+    """kafkaproof things still present on this host: namespaces, JVMs, nft tables in the root namespace."""
+    ns = " ".join(network.list_kafkaproof_namespaces()) if network.namespaces_supported() else ""
+    jvm = subprocess.run(["pgrep", "-f", "kafka\\.Kafka"], capture_output=True, text=True).stdout.strip()
+    veth = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    veths = " ".join(sorted(set(re.findall(r"kp\d+n\d+h", veth))))
+    nft = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout.strip() \
+        if network.namespaces_supported() else ""
+    return {k: v for k, v in {"namespaces": ns, "kafka_processes": jvm, "veths": veths, "nft": nft}.items() if v}

@@ -144,6 +144,48 @@ def cmd_fault_list(args) -> int:
     return 0
 
 
+# --- scenarios and runs --------------------------------------------------------
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def cmd_run(args) -> int:
+    import signal
+    from pathlib import Path
+    from . import scenario as scenario_mod
+    from .paths import runs_dir
+    from .runner import RunOptions, ScenarioRun
+    scn = scenario_mod.load(args.scenario)  # validated before anything starts
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
+    result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
+                                         kafka_version=args.kafka_version, bootstrap=args.bootstrap)).execute()
+    print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
+    return 0 if result.status == "complete" else 1
+
+
+def cmd_scenario_validate(args) -> int:
+    from . import scenario as scenario_mod
+    for path in args.files:
+        s = scenario_mod.load(path)
+        print(f"ok: {path} ({s.name}, {s.guarantee}, expect {s.expect['outcome']})")
+    return 0
+
+
+def cmd_scenario_list(args) -> int:
+    from . import scenario as scenario_mod
+    for s in scenario_mod.load_catalog(args.dir, args.tag):
+        detect = f" detect {','.join(s.expect['detect'])}" if s.expect["detect"] else ""
+        print(f"{s.name:<36} {s.guarantee:<14} {','.join(s.data['tags']):<22}{detect}")
+    return 0
+
+
+def cmd_scenario_schema(args) -> int:
+    from .scenario import schema_json
+    sys.stdout.write(schema_json())
+    return 0
+
+
 # --- parser ------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,6 +239,25 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_fault_list)
 
+    rn = sub.add_parser("run", help="run a scenario and write its ledger to a run directory")
+    rn.add_argument("scenario", help="scenario YAML file")
+    rn.add_argument("--out", default=None, help="parent of run directories (default: $KAFKAPROOF_RUNS or ./runs)")
+    rn.add_argument("--messages", type=_positive_int, help="override producers.messages")
+    rn.add_argument("--kafka-version", help="override cluster.kafka_version")
+    rn.add_argument("--bootstrap", help="use an existing cluster (no broker faults) instead of a local one")
+    rn.set_defaults(func=cmd_run)
+
+    sc = sub.add_parser("scenario", help="validate and list scenario files")
+    scsub = sc.add_subparsers(dest="scenario_command", required=True)
+    sv = scsub.add_parser("validate", help="validate scenario files")
+    sv.add_argument("files", nargs="+")
+    sv.set_defaults(func=cmd_scenario_validate)
+    sl = scsub.add_parser("list", help="list the catalog")
+    sl.add_argument("--dir", default="scenarios")
+    sl.add_argument("--tag")
+    sl.set_defaults(func=cmd_scenario_list)
+    ss = scsub.add_parser("schema", help="print the scenario JSON Schema")
+    ss.set_defaults(func=cmd_scenario_schema)
     return p
 
 

@@ -312,7 +312,10 @@ class LocalCluster:
         if self._admin is not None:
             self._admin = None
         state.remove_state(self.name)
-        if not keep_logs:
+        if keep_logs:  # keep server.log and properties, drop the (large) log segments
+            for node in st["nodes"]:
+                shutil.rmtree(self.node_dir(node["id"]) / "data", ignore_errors=True)
+        else:
             shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
         log.info("cluster %s is down", self.name)
 

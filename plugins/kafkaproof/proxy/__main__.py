@@ -1,0 +1,111 @@
+"""``python -m kafkaproof.proxy``: run a fault proxy with a control port.
+
+Prints one JSON "ready" line on stdout once every socket is bound (ports given as
+0 are resolved there), then logs to stderr until SIGTERM/SIGINT.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Sequence
+
+from .control import ControlServer
+from .errors import ProxyError
+from .protocol import api_key_of
+from .server import FaultProxy, Route, parse_hostport
+
+log = logging.getLogger("kafkaproof.proxy")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line interface."""
+    p = argparse.ArgumentParser(
+        prog="python -m kafkaproof.proxy",
+        description="Kafka-aware fault proxy: one listener per broker, rules driven over a JSON control port.")
+    p.add_argument("--listen", action="append", required=True, metavar="[NODE_ID@]HOST:PORT=UPSTREAM_HOST:PORT",
+                   help="a listener in front of one broker (repeat per broker); port 0 picks a free port")
+    p.add_argument("--control", default="127.0.0.1:0", metavar="HOST:PORT",
+                   help="control port address (default 127.0.0.1:0, reported in the ready line)")
+    p.add_argument("--events", metavar="FILE", help="append events as JSON lines to FILE")
+    p.add_argument("--advertise-host", help="host written into rewritten broker addresses "
+                                            "(default: the listen host, 127.0.0.1 for a wildcard)")
+    p.add_argument("--no-rewrite", action="store_true",
+                   help="do not rewrite broker addresses (brokers advertise the proxy addresses themselves)")
+    p.add_argument("--max-version", action="append", default=[], metavar="API=VERSION",
+                   help="cap an API's max version in ApiVersions responses, e.g. produce=9")
+    p.add_argument("--rule", action="append", default=[], metavar="JSON", help="install a rule at start")
+    p.add_argument("--seed", type=int, help="seed of the random draws (probabilities, latency)")
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop even if uvloop is installed")
+    return p
+
+
+def _caps(items: Sequence[str]) -> dict[int, int]:
+    caps = {}
+    for item in items:
+        api, sep, version = item.partition("=")
+        if not sep or not version.strip().isdigit():
+            raise ProxyError(f"--max-version expects API=VERSION, got {item!r}")
+        try:
+            caps[api_key_of(api)] = int(version)
+        except ValueError as exc:
+            raise ProxyError(f"--max-version {item!r}: {exc}") from None
+    return caps
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Start proxy and control server, print the ready line, run until signalled."""
+    proxy = FaultProxy([Route.parse(text) for text in args.listen], events=args.events,
+                       rewrite=not args.no_rewrite, advertise_host=args.advertise_host,
+                       version_caps=_caps(args.max_version), seed=args.seed)
+    host, port = parse_hostport(args.control)
+    control = ControlServer(proxy, host, port)
+    await proxy.start()
+    try:
+        for text in args.rule:
+            proxy.add_rule(json.loads(text))
+        await control.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        ready = {"ready": True, "pid": os.getpid(), "control": control.address, **proxy.describe(),
+                 "bootstrap": proxy.bootstrap}
+        sys.stdout.write(json.dumps(ready) + "\n")
+        sys.stdout.flush()
+        await stop.wait()
+        log.info("signal received, stopping")
+    finally:
+        await control.stop()
+        await proxy.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s[%(process)d]: %(message)s",
+                        datefmt="%Y-%m-%dT%H:%M:%S")
+    runner = asyncio.run
+    if not args.no_uvloop:
+        try:
+            import uvloop
+
+            runner = uvloop.run
+        except ImportError:
+            pass
+    try:
+        runner(serve(args))
+    except (ProxyError, json.JSONDecodeError) as exc:
+        log.error("%s", exc)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Line-based JSON control protocol of a proxy process.
+
+One JSON object per line in each direction. Requests carry ``op`` and the
+operation's fields; every reply has ``ok`` and, when ``ok`` is false, ``error``.
+An optional ``req`` field in a request is echoed in its reply.
+
+=============  =======================  ===============================================
+op             request fields           reply fields
+=============  =======================  ===============================================
+ping           -                        ``pid``
+add_rule       ``rule`` (object)        ``rule_id``
+remove_rule    ``rule_id``              ``removed`` (bool)
+clear          -                        ``removed`` (int)
+rules          -                        ``rules`` (list)
+stats          -                        ``stats`` (object)
+=============  =======================  ===============================================
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from typing import Any
+
+from .errors import ControlError, ProxyError
+from .server import FaultProxy, format_hostport
+
+log = logging.getLogger("kafkaproof.proxy.control")
+
+MAX_LINE = 1 << 20
+
+
+def handle_command(proxy: FaultProxy, request: Any) -> dict[str, Any]:
+    """Execute one decoded control request against ``proxy``; never raises."""
+    if not isinstance(request, dict):
+        return {"ok": False, "error": "a control request is a JSON object"}
+    op = request.get("op")
+    reply: dict[str, Any] = {"ok": True}
+    try:
+        if op == "ping":
+            reply["pid"] = os.getpid()
+        elif op == "add_rule":
+            reply["rule_id"] = proxy.add_rule(request.get("rule"))
+        elif op == "remove_rule":
+            reply["removed"] = proxy.remove_rule(str(request.get("rule_id")))
+        elif op == "clear":
+            reply["removed"] = proxy.clear()
+        elif op == "rules":
+            reply["rules"] = proxy.rules()
+        elif op == "stats":
+            reply["stats"] = proxy.stats()
+        else:
+            reply = {"ok": False, "error": f"unknown op {op!r}; use ping, add_rule, remove_rule, clear, rules, stats"}
+    except ProxyError as exc:
+        reply = {"ok": False, "error": str(exc)}
+    if "req" in request:
+        reply["req"] = request["req"]
+    return reply
+
+
+class ControlServer:
+    """Serves the control protocol for one :class:`FaultProxy` on a TCP address."""
+
+    def __init__(self, proxy: FaultProxy, host: str, port: int) -> None:
+        self.proxy = proxy
+        self.host, self.port = host, port
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        """Bind (port 0 picks a free port, see :attr:`address`)."""
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_LINE)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        """Bound ``host:port``."""
+        return format_hostport(self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting control connections."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:
+                    writer.write(b'{"ok":false,"error":"line too long"}\n')
+                    break
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    request = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    reply: dict[str, Any] = {"ok": False, "error": f"invalid JSON: {exc}"}
+                else:
+                    reply = handle_command(self.proxy, request)
+                writer.write(json.dumps(reply, default=str).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+
+class ControlClient:
+    """Blocking client of the control protocol (one connection, one request at a time)."""
+
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        from .server import parse_hostport
+
+        host, port = parse_hostport(address)
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ControlError(f"cannot reach proxy control port {address}: {exc}") from exc
+        self._file = self._sock.makefile("rwb")
+        self.address = address
+
+    def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one request; returns the reply, raising :class:`ControlError` if it is not ok."""
+        try:
+            self._file.write(json.dumps({"op": op, **fields}).encode() + b"\n")
+            self._file.flush()
+            line = self._file.readline()
+        except OSError as exc:
+            raise ControlError(f"control connection to {self.address} failed during {op}: {exc}") from exc
+        if not line:
+            raise ControlError(f"proxy at {self.address} closed the control connection during {op}")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise ControlError(f"proxy refused {op}: {reply.get('error')}")
+        return reply
+
+    def add_rule(self, rule: dict[str, Any]) -> str:
+        """Install a rule; returns its id."""
+        return str(self.call("add_rule", rule=rule)["rule_id"])
+
+    def remove_rule(self, rule_id: str) -> bool:
+        """Uninstall a rule; False if the proxy had no such rule."""
+        return bool(self.call("remove_rule", rule_id=rule_id)["removed"])
+
+    def clear(self) -> int:
+        """Uninstall every rule; returns how many there were."""
+        return int(self.call("clear")["removed"])
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Installed rules with state and counters."""
+        return list(self.call("rules")["rules"])
+
+    def stats(self) -> dict[str, Any]:
+        """Listener counters, rules and event count."""
+        return dict(self.call("stats")["stats"])
+
+    def close(self) -> None:
+        """Close the control connection."""
+        try:
+            self._file.close()
+        finally:
+            self._sock.close()

@@ -1,0 +1,1065 @@
+"""The asyncio Kafka-aware fault proxy: listeners, connections, rules and actions.
+
+Per client connection the proxy runs two read loops (client -> broker requests,
+broker -> client responses) and two ordered senders. Requests are peeked
+(header, Produce acks) and forwarded; each request that will get a response
+reserves a *slot* in the client-bound sender, in request order, and goes on the
+FIFO of requests awaiting the broker. A broker response fills the slot of the
+FIFO head. Because the client-bound sender writes slots strictly in order, the
+proxy can delay, drop, replace or synthesise a response without ever
+reordering the stream: a synthetic error for request N waits behind the real
+response to request N-1.
+
+Without rules the per-request work is a header peek, a deque append and a
+write; bodies are decoded only for ApiVersions/Metadata/FindCoordinator/
+DescribeCluster responses (rare) and for requests a rule selects.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import ipaddress
+import itertools
+import logging
+import random
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import protocol as kp
+from .errors import KafkaProtocolError, ProxyError, RuleError, UnsupportedVersion
+from .events import EventSink, JsonlEventSink, stamp
+from .rules import (
+    BANDWIDTH, BLACKHOLE, BOTH, ERROR, LATENCY, LOST_ACK, REQUEST, RESET, RESPONSE,
+    Pacer, Rule, RuleState, parse_rule,
+)
+
+log = logging.getLogger("kafkaproof.proxy")
+
+#: Max versions the proxy lets through ApiVersions: what kio can decode for the APIs it decodes.
+KIO_CAPS: Mapping[int, int] = {
+    api: kp.max_supported_version(api)
+    for api in (kp.PRODUCE, kp.FETCH, kp.METADATA, kp.FIND_COORDINATOR, kp.DESCRIBE_CLUSTER)
+}
+#: Extra caps when rewriting addresses: Produce v10+ and Fetch v16+ responses may carry
+#: broker endpoints (KIP-951) that would send the client around the proxy.
+REWRITE_CAPS: Mapping[int, int] = {kp.PRODUCE: 9, kp.FETCH: 15}
+
+_STREAM_LIMIT = 1 << 20
+_MAX_QUEUED = 1024
+_SETTLE_TIMEOUT_S = 60.0
+_COALESCE_BELOW = 16 * 1024
+
+_PENDING, _READY, _DROP, _RESET = range(4)
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]:")
+    else:
+        host, sep, rest = text.rpartition(":")
+    if not sep or not rest.isdigit():
+        raise ProxyError(f"expected HOST:PORT, got {text!r}")
+    return host, int(rest)
+
+
+def format_hostport(host: str, port: int) -> str:
+    """Inverse of :func:`parse_hostport`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclasses.dataclass
+class Route:
+    """One proxied broker: listen address -> upstream broker address.
+
+    ``broker`` is the broker's node id when known (it is learned from Metadata
+    otherwise); ``advertise`` is the address written into rewritten responses
+    (default: the bound listen address, 127.0.0.1 for a wildcard host).
+    """
+
+    listen: tuple[str, int]
+    upstream: tuple[str, int]
+    broker: int | None = None
+    advertise: tuple[str, int] | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Route:
+        """Parse ``[NODE_ID@]HOST:PORT=UPSTREAM_HOST:PORT``."""
+        broker: int | None = None
+        spec = text.strip()
+        if "@" in spec:
+            prefix, spec = spec.split("@", 1)
+            if not prefix.lstrip("-").isdigit():
+                raise ProxyError(f"node id before '@' must be an integer in {text!r}")
+            broker = int(prefix)
+        listen, sep, upstream = spec.partition("=")
+        if not sep:
+            raise ProxyError(f"expected [NODE_ID@]HOST:PORT=UPSTREAM_HOST:PORT, got {text!r}")
+        return cls(parse_hostport(listen), parse_hostport(upstream), broker)
+
+
+@dataclasses.dataclass
+class ListenerStats:
+    """Counters of one listener."""
+
+    connections_total: int = 0
+    requests: int = 0
+    responses: int = 0
+    bytes_from_clients: int = 0
+    bytes_to_clients: int = 0
+    faults: int = 0
+
+
+class _Item:
+    """One frame (or slot for a frame) in an ordered sender."""
+
+    __slots__ = ("state", "head", "data", "not_before", "pacers", "budgets", "paced", "ctx")
+
+    def __init__(self) -> None:
+        self.state = _PENDING
+        self.head = b""  # a frame's length prefix when kept apart from ``data`` (saves a copy)
+        self.data = b""
+        self.not_before = 0.0
+        self.pacers: tuple[tuple[RuleState, Pacer], ...] = ()
+        self.budgets: tuple[tuple[RuleState, list[int]], ...] = ()
+        self.paced = False
+        self.ctx: _Request | None = None
+
+
+class _Sender:
+    """Writes frames to one stream in submission order, each no earlier than its release time.
+
+    Frames that need no waiting are written synchronously (no task switch); once
+    one frame must wait, a task takes over until the queue is empty again, so
+    later frames can never overtake it.
+    """
+
+    def __init__(self, conn: _Connection, writer: asyncio.StreamWriter, direction: str) -> None:
+        self._conn = conn
+        self._writer = writer
+        self.direction = direction
+        self._items: collections.deque[_Item] = collections.deque()
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._clock = conn.proxy.now
+        self._loop = asyncio.get_running_loop()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+
+    def reserve(self, ctx: _Request | None = None) -> _Item:
+        """Claim the next position in the stream; fill it later with :meth:`fill`."""
+        item = _Item()
+        item.ctx = ctx
+        self._items.append(item)
+        return item
+
+    def push(self, data: bytes, not_before: float = 0.0, ctx: _Request | None = None,
+             pacers: tuple = (), budgets: tuple = (), head: bytes = b"") -> None:
+        """Queue a frame (``head`` + ``data``) behind everything already queued."""
+        self.fill(self.reserve(ctx), _READY, data, not_before, pacers, budgets, head)
+
+    def fill(self, item: _Item, state: int, data: bytes = b"", not_before: float = 0.0,
+             pacers: tuple = (), budgets: tuple = (), head: bytes = b"") -> None:
+        """Complete a reserved slot: a frame to write (_READY), nothing (_DROP) or a reset (_RESET)."""
+        item.state, item.head, item.data, item.not_before = state, head, data, not_before
+        item.pacers, item.budgets = pacers, budgets
+        if self._task is not None:
+            self._wake.set()
+        else:
+            self._pump()
+
+    def _pump(self) -> None:
+        now = self._clock()
+        items = self._items
+        while items and not self._conn.closed:
+            item = items[0]
+            if item.state == _PENDING:
+                return
+            if self._wait_for(item, now) > 0:
+                self._task = asyncio.create_task(self._run(), name=f"send-{self.direction}-{self._conn.id}")
+                return
+            items.popleft()
+            self._emit(item)
+
+    def _wait_for(self, item: _Item, now: float) -> float:
+        if item.pacers and not item.paced:
+            item.paced = True
+            release = max(now, item.not_before)
+            for state, pacer in item.pacers:
+                start = pacer.reserve(len(item.head) + len(item.data), release)
+                if start > release:
+                    self._conn.event("fault", item.ctx, state, phase="throttled",
+                                     detail={"direction": self.direction,
+                                             "bytes": len(item.head) + len(item.data),
+                                             "delay_ms": round((start - now) * 1000, 3)})
+                release = start
+            item.not_before = release
+        return item.not_before - now
+
+    async def _run(self) -> None:
+        try:
+            items = self._items
+            while items and not self._conn.closed:
+                item = items[0]
+                if item.state == _PENDING:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                delay = self._wait_for(item, self._clock())
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                items.popleft()
+                self._emit(item)
+                if len(items) <= _MAX_QUEUED:
+                    self._space.set()
+                await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._conn.close(f"{self.direction} write failed: {exc}")
+        finally:
+            self._task = None
+            self._space.set()
+
+    def _emit(self, item: _Item) -> None:
+        if item.state == _READY:
+            if not item.budgets:
+                self._write(item.data, item.head)
+                return
+            data = item.head + item.data
+            for state, remaining in item.budgets:
+                if len(data) >= remaining[0] and state.fire():
+                    cut = remaining[0]
+                    self._write(data[:cut])
+                    self._conn.event("fault", item.ctx, state, phase="connection_reset",
+                                     detail={"direction": self.direction, "after_bytes": state.rule.after_bytes,
+                                             "frame_bytes": len(data), "bytes_written": cut})
+                    self._conn.close(f"reset by rule {state.rule.id}", rst=True)
+                    return
+                remaining[0] -= len(data)
+            self._write(data)
+        elif item.state == _RESET:
+            self._conn.close("reset by lost_ack rule", rst=True)
+
+    def _write(self, data: bytes, head: bytes = b"") -> None:
+        # Small frames written in one event-loop pass (pipelined requests, a burst of
+        # responses) go out in one send instead of one syscall each; large frames go
+        # out at once, prefix and body as two buffers (one writev with uvloop).
+        size = len(head) + len(data)
+        self._conn.count_bytes(self.direction, size)
+        if size >= _COALESCE_BELOW:
+            if self._out:
+                self.flush()
+            if head:
+                self._writer.writelines((head, data))
+            else:
+                self._writer.write(data)
+            return
+        if head:
+            self._out.append(head)
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Hand the frames written so far to the transport."""
+        self._flush_scheduled = False
+        out = self._out
+        if not out or self._writer.transport.is_closing():
+            out.clear()
+            return
+        self._writer.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
+
+    async def backpressure(self) -> None:
+        """Block the producer side while the stream cannot take more."""
+        if self._task is None:
+            await self._writer.drain()
+        elif len(self._items) > _MAX_QUEUED:
+            self._space.clear()
+            await self._space.wait()
+
+    async def settle(self, timeout: float) -> None:
+        """Wait (bounded) until every frame that can still be written has been written."""
+        deadline = self._clock() + timeout
+        while (self._items and self._items[0].state != _PENDING and not self._conn.closed
+               and self._clock() < deadline):
+            await asyncio.sleep(0.01)
+
+    def cancel(self) -> None:
+        """Stop the sender task, if any."""
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+
+
+@dataclasses.dataclass(slots=True)
+class _Request:
+    """What the proxy knows of one request while it is in flight."""
+
+    header: kp.RequestHeader
+    frame: bytes
+    expects_response: bool
+    head: bytes = b""
+    _targets: tuple[kp.TopicPartitions, ...] | None = None
+    _targets_error: str | None = None
+    _parsed: bool = False
+
+    def targets(self, topic_names: Mapping[uuid.UUID, str]) -> tuple[kp.TopicPartitions, ...] | None:
+        """Topic/partitions of a Produce or Fetch request (decoded once, on demand); None if undecodable."""
+        if not self._parsed:
+            self._parsed = True
+            try:
+                if self.header.api_key == kp.PRODUCE:
+                    self._targets = kp.produce_targets(self.frame, self.header, topic_names)
+                elif self.header.api_key == kp.FETCH:
+                    self._targets = kp.request_targets(kp.decode_request(self.frame, self.header), topic_names)
+                else:
+                    self._targets = ()
+            except (KafkaProtocolError, UnsupportedVersion) as exc:
+                self._targets_error = str(exc)
+        return self._targets
+
+
+@dataclasses.dataclass(slots=True)
+class _InFlight:
+    """A forwarded request awaiting its broker response."""
+
+    ctx: _Request
+    slot: _Item
+    special: bool
+    fault: RuleState | None = None
+    replacement: bytes | None = None
+    response_delay: float = 0.0
+    response_pacers: tuple = ()
+    response_budgets: tuple = ()
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What the rules decided for one request."""
+
+    disposition: RuleState | None = None
+    request_delay: float = 0.0
+    response_delay: float = 0.0
+    request_pacers: list = dataclasses.field(default_factory=list)
+    response_pacers: list = dataclasses.field(default_factory=list)
+    request_budgets: list = dataclasses.field(default_factory=list)
+    response_budgets: list = dataclasses.field(default_factory=list)
+    delays: list = dataclasses.field(default_factory=list)
+
+
+class _Connection:
+    """One client connection and its upstream connection."""
+
+    def __init__(self, listener: _Listener, conn_id: int,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.listener = listener
+        self.proxy = listener.proxy
+        self.id = conn_id
+        self.client_reader, self.client_writer = reader, writer
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.client = format_hostport(str(peer[0]), int(peer[1]))
+        self.upstream_writer: asyncio.StreamWriter | None = None
+        self.up: _Sender | None = None
+        self.down = _Sender(self, writer, RESPONSE)
+        self.pending: collections.deque[_InFlight] = collections.deque()
+        self.blackhole: RuleState | None = None
+        self.budgets: dict[tuple[str, str], list[int]] = {}
+        self.closed = False
+        self.close_reason = ""
+        self.requests = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def run(self) -> None:
+        """Connect upstream, then pump both directions until either side ends."""
+        host, port = self.listener.route.upstream
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=_STREAM_LIMIT), self.proxy.connect_timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.event("upstream_unreachable", detail={"error": repr(exc)})
+            self.closed = True
+            self.client_writer.transport.abort()
+            return
+        _nodelay(writer)
+        _nodelay(self.client_writer)
+        self.upstream_writer = writer
+        self.up = _Sender(self, writer, REQUEST)
+        self.event("conn_open")
+        responses = asyncio.create_task(self._pump_responses(reader), name=f"responses-{self.id}")
+        self._tasks.append(responses)
+        try:
+            await self._pump_requests()
+        except asyncio.CancelledError:
+            self.close("proxy stopping")
+            raise
+        finally:
+            if not self.closed:
+                self.close(self.close_reason or "client closed")
+
+    def close(self, reason: str, rst: bool = False) -> None:
+        """Close both sides (with RST when ``rst``); idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        for sender in (self.up, self.down):
+            if sender is not None:
+                sender.flush()
+        for writer in (self.client_writer, self.upstream_writer):
+            if writer is None:
+                continue
+            if rst:
+                _abort_with_rst(writer)
+            else:
+                writer.close()
+        for sender in (self.up, self.down):
+            if sender is not None:
+                sender.cancel()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        self.event("conn_close", detail={"reason": reason, "rst": rst, "requests": self.requests,
+                                         "in_flight": len(self.pending)})
+
+    async def _pump_requests(self) -> None:
+        assert self.up is not None
+        reader = self.client_reader
+        try:
+            while not self.closed:
+                frame = await _read_frame(reader)
+                if frame is None:
+                    await self.up.settle(_SETTLE_TIMEOUT_S)
+                    self.close("client closed")
+                    return
+                self.on_request(*frame)
+                await self.up.backpressure()
+        except (KafkaProtocolError, UnsupportedVersion) as exc:
+            self.event("protocol_error", detail={"direction": REQUEST, "error": str(exc)})
+            self.close(f"bad request: {exc}")
+        except (ConnectionError, OSError) as exc:
+            self.close(f"client connection failed: {exc!r}")
+
+    async def _pump_responses(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while not self.closed:
+                frame = await _read_frame(reader)
+                if frame is None:
+                    await self.down.settle(_SETTLE_TIMEOUT_S)
+                    self.close("broker closed")
+                    return
+                await self.on_response(*frame)
+                await self.down.backpressure()
+        except (KafkaProtocolError, UnsupportedVersion) as exc:
+            self.event("protocol_error", detail={"direction": RESPONSE, "error": str(exc)})
+            self.close(f"bad response: {exc}")
+        except (ConnectionError, OSError) as exc:
+            self.close(f"broker connection failed: {exc!r}")
+
+    # ----------------------------------------------------------------- requests
+
+    def on_request(self, head: bytes, frame: bytes) -> None:
+        """Handle one client request frame: peek, apply rules, forward or answer."""
+        header = kp.parse_request_header(frame)
+        expects = True
+        if header.api_key == kp.PRODUCE:
+            expects = kp.produce_acks(frame, header) != 0
+        self.requests += 1
+        self.listener.stats.requests += 1
+        self.listener.stats.bytes_from_clients += 4 + len(frame)
+        ctx = _Request(header, frame, expects, head)
+        if self.blackhole is not None:
+            self.event("fault", ctx, self.blackhole, phase="request_discarded")
+            return
+        states = self.proxy.live_rules()
+        if not states:
+            self._forward(ctx)
+            return
+        plan = self._plan(ctx, states)
+        for state, direction, delay in plan.delays:
+            self.event("fault", ctx, state, phase="delayed",
+                       detail={"direction": direction, "delay_ms": round(delay * 1000, 3)})
+        if plan.disposition is not None and self._dispose(ctx, plan):
+            return
+        self._forward(ctx, plan)
+
+    def _forward(self, ctx: _Request, plan: _Plan | None = None,
+                 fault: RuleState | None = None, replacement: bytes | None = None) -> None:
+        assert self.up is not None
+        if ctx.expects_response:
+            inflight = _InFlight(ctx, self.down.reserve(ctx), ctx.header.api_key in _SPECIAL_APIS, fault, replacement)
+            if plan is not None:
+                inflight.response_delay = plan.response_delay
+                inflight.response_pacers = tuple(plan.response_pacers)
+                inflight.response_budgets = tuple(plan.response_budgets)
+            self.pending.append(inflight)
+        if plan is None:
+            self.up.push(ctx.frame, ctx=ctx, head=ctx.head)
+        else:
+            not_before = self.proxy.now() + plan.request_delay if plan.request_delay else 0.0
+            self.up.push(ctx.frame, not_before, ctx, tuple(plan.request_pacers), tuple(plan.request_budgets),
+                         ctx.head)
+
+    def _plan(self, ctx: _Request, states: Iterable[RuleState]) -> _Plan:
+        plan = _Plan()
+        header = ctx.header
+        rng = self.proxy.rng
+        for state in states:
+            rule = state.rule
+            if not rule.matches_header(self.listener.node_id, self.listener.name, header.api_key, header.client_id):
+                continue
+            if rule.needs_targets and not rule.matches_targets(ctx.targets(self.proxy.topic_names)):
+                continue
+            if rule.action == BANDWIDTH:
+                state.matched += 1
+                for direction in _directions(rule.direction):
+                    pacers = plan.request_pacers if direction == REQUEST else plan.response_pacers
+                    pacers.append((state, self.proxy.pacer(rule, direction)))
+                continue
+            if rule.action == RESET and rule.after_bytes is not None:
+                state.matched += 1
+                for direction in _directions(rule.direction):
+                    budget = self.budgets.setdefault((rule.id, direction), [rule.after_bytes])
+                    budgets = plan.request_budgets if direction == REQUEST else plan.response_budgets
+                    budgets.append((state, budget))
+                continue
+            if rule.is_disposition:
+                if plan.disposition is not None:
+                    continue
+                if rule.action == LOST_ACK and not ctx.expects_response:
+                    continue  # acks=0: there is no ack to lose
+                if state.roll(rng) and state.fire():
+                    plan.disposition = state
+                continue
+            if rule.action == LATENCY and rule.latency is not None and state.roll(rng) and state.fire():
+                for direction in _directions(rule.direction):
+                    delay = rule.latency.sample_s(rng)
+                    if direction == REQUEST:
+                        plan.request_delay += delay
+                    else:
+                        plan.response_delay += delay
+                    plan.delays.append((state, direction, delay))
+        return plan
+
+    def _dispose(self, ctx: _Request, plan: _Plan) -> bool:
+        """Apply the plan's disposition; True if the request must not be forwarded as usual."""
+        state = plan.disposition
+        assert state is not None
+        rule = state.rule
+        if rule.action == BLACKHOLE:
+            self.blackhole = state
+            self.event("fault", ctx, state, phase="request_discarded", detail={"connection_blackholed": True})
+            return True
+        if rule.action == RESET:
+            self.event("fault", ctx, state, phase="connection_reset", detail={"forwarded": False})
+            self.close(f"reset by rule {rule.id}", rst=True)
+            return True
+        if rule.action == LOST_ACK:
+            self.event("fault", ctx, state, phase="request_forwarded", detail={"reset": rule.reset})
+            self._forward(ctx, plan, fault=state)
+            return True
+        if rule.action == ERROR:
+            return self._inject_error(ctx, plan, state)
+        return False
+
+    def _inject_error(self, ctx: _Request, plan: _Plan, state: RuleState) -> bool:
+        rule = state.rule
+        header = ctx.header
+        targets = ctx.targets(self.proxy.topic_names)
+        try:
+            if targets is None:
+                raise UnsupportedVersion(ctx._targets_error or "request body not decodable")
+            reply = kp.encode_error_response(header.api_key, header.api_version, targets,
+                                             rule.error or 0, header.correlation_id)
+        except (UnsupportedVersion, KafkaProtocolError, ValueError) as exc:
+            self.event("fault", ctx, state, phase="not_applied", detail={"error": str(exc)})
+            log.warning("rule %s could not inject an error into %s v%d: %s",
+                        rule.id, kp.api_name(header.api_key), header.api_version, exc)
+            return False
+        detail = {"error_code": rule.error, "error": _error_name(rule.error), "forward": rule.forward}
+        if rule.forward:
+            self.event("fault", ctx, state, phase="request_forwarded", detail=detail)
+            self._forward(ctx, plan, fault=state, replacement=reply)
+            return True
+        if not ctx.expects_response:
+            self.event("fault", ctx, state, phase="request_dropped", detail={**detail, "acks": 0})
+            return True
+        self.event("fault", ctx, state, phase="answered_without_forwarding", detail=detail)
+        slot = self.down.reserve(ctx)
+        not_before = self.proxy.now() + plan.response_delay if plan.response_delay else 0.0
+        self.down.fill(slot, _READY, reply, not_before, tuple(plan.response_pacers), tuple(plan.response_budgets))
+        return True
+
+    # ----------------------------------------------------------------- responses
+
+    async def on_response(self, head: bytes, frame: bytes) -> None:
+        """Handle one broker response frame: match it to its request, rewrite/drop/replace, queue it."""
+        correlation_id = kp.response_correlation_id(frame)
+        if not self.pending or self.pending[0].ctx.header.correlation_id != correlation_id:
+            expected = self.pending[0].ctx.header.correlation_id if self.pending else None
+            raise KafkaProtocolError(
+                f"response correlation id {correlation_id} does not match the oldest in-flight request ({expected})")
+        inflight = self.pending.popleft()
+        self.listener.stats.responses += 1
+        data = frame
+        if inflight.special:
+            rewritten = self.proxy.process_special(self, inflight.ctx.header, frame)
+            if rewritten is not None:
+                head, data = b"", rewritten
+        state = inflight.fault
+        not_before = self.proxy.now() + inflight.response_delay if inflight.response_delay else 0.0
+        if state is None:
+            self.down.fill(inflight.slot, _READY, data, not_before,
+                           inflight.response_pacers, inflight.response_budgets, head)
+            return
+        detail: dict[str, Any] = {"response_bytes": len(frame) + 4}
+        results = self._produce_results(inflight.ctx.header, frame)
+        if results is not None:
+            detail["results"] = results
+        if state.rule.action == LOST_ACK:
+            detail["reset"] = state.rule.reset
+            self.event("fault", inflight.ctx, state, phase="response_dropped", detail=detail)
+            self.down.fill(inflight.slot, _RESET if state.rule.reset else _DROP, b"", not_before)
+        else:
+            detail["error_code"] = state.rule.error
+            self.event("fault", inflight.ctx, state, phase="response_replaced", detail=detail)
+            self.down.fill(inflight.slot, _READY, inflight.replacement or head + data, not_before,
+                           inflight.response_pacers, inflight.response_budgets)
+
+    def _produce_results(self, header: kp.RequestHeader, frame: bytes) -> list[dict[str, Any]] | None:
+        if header.api_key != kp.PRODUCE:
+            return None
+        try:
+            payload = kp.decode_response(frame, header.api_key, header.api_version)
+        except (KafkaProtocolError, UnsupportedVersion) as exc:
+            log.warning("cannot decode the Produce response the proxy dropped/replaced: %s", exc)
+            return None
+        return kp.produce_results(payload, self.proxy.topic_names)
+
+    # ----------------------------------------------------------------- helpers
+
+    def count_bytes(self, direction: str, size: int) -> None:
+        """Account bytes written towards the client."""
+        if direction == RESPONSE:
+            self.listener.stats.bytes_to_clients += size
+
+    def event(self, kind: str, ctx: _Request | None = None, state: RuleState | None = None,
+              **fields: Any) -> None:
+        """Report an event about this connection (and request/rule, if given)."""
+        listener = self.listener
+        base: dict[str, Any] = {
+            "proxy": listener.name, "broker": listener.node_id,
+            "upstream": format_hostport(*listener.route.upstream),
+            "conn": self.id, "client": self.client,
+        }
+        if ctx is not None:
+            header = ctx.header
+            base.update(api_key=header.api_key, api=kp.api_name(header.api_key), api_version=header.api_version,
+                        correlation_id=header.correlation_id, client_id=header.client_id)
+            if header.api_key in (kp.PRODUCE, kp.FETCH):
+                targets = ctx.targets(self.proxy.topic_names)
+                if targets is not None:
+                    base["topics"] = [t.as_json() for t in targets]
+            if header.api_key == kp.PRODUCE:
+                base["acks_zero"] = not ctx.expects_response or None
+        if state is not None:
+            base.update(rule_id=state.rule.id, action=state.rule.action)
+            listener.stats.faults += kind == "fault"
+        base.update(fields)
+        self.proxy.emit(stamp(kind, **base))
+
+
+_SPECIAL_APIS = frozenset({kp.API_VERSIONS, kp.METADATA, kp.FIND_COORDINATOR, kp.DESCRIBE_CLUSTER})
+
+
+def _directions(direction: str) -> tuple[str, ...]:
+    return (REQUEST, RESPONSE) if direction == BOTH else (direction,)
+
+
+def _error_name(code: int | None) -> str:
+    try:
+        return kp.error_code_of(code or 0).name.upper()
+    except ValueError:
+        return f"UNKNOWN_{code}"
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes] | None:
+    """Next (length prefix, frame), or None on a clean end of stream between frames."""
+    try:
+        head = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise KafkaProtocolError("stream ended inside a frame length") from None
+    size = int.from_bytes(head, "big", signed=True)
+    if size < 0 or size > kp.MAX_FRAME_BYTES:
+        raise KafkaProtocolError(f"frame length {size} is out of range (not Kafka, or TLS?)")
+    try:
+        return head, await reader.readexactly(size)
+    except asyncio.IncompleteReadError as exc:
+        raise KafkaProtocolError(f"stream ended inside a {size}-byte frame after {len(exc.partial)} bytes") from None
+
+
+def _nodelay(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+
+def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    writer.transport.abort()
+
+
+class _Listener:
+    """One listen socket in front of one broker."""
+
+    def __init__(self, proxy: FaultProxy, route: Route) -> None:
+        self.proxy = proxy
+        self.route = route
+        self.node_id: int | None = route.broker
+        self.server: asyncio.base_events.Server | None = None
+        self.bound: tuple[str, int] = route.listen
+        self.advertised: tuple[str, int] = route.advertise or route.listen
+        self.stats = ListenerStats()
+        self.connections: set[_Connection] = set()
+        self._upstream_ips: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        """The listener's identity in events and rules: its bound ``host:port``."""
+        return format_hostport(*self.bound)
+
+    async def start(self, advertise_host: str | None) -> None:
+        """Bind the listen socket (port 0 picks a free port)."""
+        host, port = self.route.listen
+        self.server = await asyncio.start_server(self._accept, host, port, limit=_STREAM_LIMIT)
+        sockname = self.server.sockets[0].getsockname()
+        self.bound = (host, int(sockname[1]))
+        if self.route.advertise is None:
+            adv_host = advertise_host or (host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
+            self.advertised = (adv_host, self.bound[1])
+        self._upstream_ips = _resolve(self.route.upstream[0])
+
+    async def stop(self) -> None:
+        """Stop accepting and close every connection."""
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            conn.close("proxy stopping")
+        if self.server is not None:
+            await self.server.wait_closed()
+
+    def is_upstream(self, host: str, port: int) -> bool:
+        """Whether (host, port), as a broker advertises itself, is this listener's upstream."""
+        up_host, up_port = self.route.upstream
+        if port != up_port:
+            return False
+        if host.lower() == up_host.lower():
+            return True
+        return bool(_resolve(host) & self._upstream_ips)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(self, next(self.proxy.conn_ids), reader, writer)
+        self.connections.add(conn)
+        self.stats.connections_total += 1
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+
+
+_RESOLVED: dict[str, frozenset[str]] = {}
+
+
+def _resolve(host: str) -> set[str]:
+    """IP addresses of a host (cached; failures resolve to nothing)."""
+    try:
+        return {str(ipaddress.ip_address(host))}
+    except ValueError:
+        pass
+    if host not in _RESOLVED:
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+            _RESOLVED[host] = frozenset(str(info[4][0]) for info in infos)
+        except OSError:
+            _RESOLVED[host] = frozenset()
+    return set(_RESOLVED[host])
+
+
+class FaultProxy:
+    """A Kafka-aware fault proxy: one listener per broker, shared rules and event sink.
+
+    >>> proxy = FaultProxy([Route(("127.0.0.1", 0), ("127.0.0.1", 9092), broker=1)], events="events.jsonl")
+    >>> await proxy.start(); rule_id = proxy.add_rule({"action": "lost_ack", "api": "produce", "count": 1})
+
+    ``rewrite`` rewrites broker addresses in Metadata/FindCoordinator/
+    DescribeCluster responses to the proxy listeners (and caps Produce at v9 and
+    Fetch at v15, see docs/proxy.md); turn it off when brokers already advertise
+    the proxy addresses. ``version_caps`` adds or overrides ApiVersions caps.
+    """
+
+    def __init__(self, routes: Iterable[Route | str], *, events: EventSink | str | Path | None = None,
+                 rewrite: bool = True, advertise_host: str | None = None,
+                 version_caps: Mapping[int, int] | None = None, seed: int | None = None,
+                 connect_timeout: float = 10.0) -> None:
+        self.routes = [r if isinstance(r, Route) else Route.parse(r) for r in routes]
+        if not self.routes:
+            raise ProxyError("a FaultProxy needs at least one route")
+        self._own_sink: JsonlEventSink | None = None
+        if isinstance(events, (str, Path)):
+            self._own_sink = JsonlEventSink(events)
+            self._sink: EventSink | None = self._own_sink
+        else:
+            self._sink = events
+        self.rewrite = rewrite
+        self.advertise_host = advertise_host
+        caps = dict(KIO_CAPS)
+        if rewrite:
+            caps.update({k: min(v, caps.get(k, v)) for k, v in REWRITE_CAPS.items()})
+        caps.update(version_caps or {})
+        self.version_caps: dict[int, int] = caps
+        self.rng = random.Random(seed)
+        self.connect_timeout = connect_timeout
+        self.listeners = [_Listener(self, r) for r in self.routes]
+        self.topic_names: dict[uuid.UUID, str] = {}
+        self.conn_ids = itertools.count(1)
+        self.events_emitted = 0
+        self._states: dict[str, RuleState] = {}
+        self._live: tuple[RuleState, ...] = ()
+        self._next_check = float("inf")
+        self._pacers: dict[tuple[str, str], Pacer] = {}
+        self._rule_ids = itertools.count(1)
+        self._unmapped: set[tuple[int, str, int]] = set()
+        self._expired_reported: set[str] = set()
+        self._started_at = 0.0
+        self._running = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Bind every listener. Safe to call once."""
+        if self._running:
+            raise ProxyError("proxy already started")
+        self._started_at = self.now()
+        try:
+            for listener in self.listeners:
+                await listener.start(self.advertise_host)
+        except OSError as exc:
+            await self.stop()
+            raise ProxyError(f"cannot listen: {exc}") from exc
+        self._running = True
+        self.emit(stamp("proxy_start", listeners=self.describe()["listeners"], rewrite=self.rewrite,
+                        version_caps={kp.api_name(k): v for k, v in sorted(self.version_caps.items())}))
+        for listener in self.listeners:
+            log.info("listening on %s -> %s (advertised as %s)", listener.name,
+                     format_hostport(*listener.route.upstream), format_hostport(*listener.advertised))
+
+    async def stop(self) -> None:
+        """Close listeners and connections; flush and close an owned event file."""
+        for listener in self.listeners:
+            await listener.stop()
+        if self._running:
+            self.emit(stamp("proxy_stop", stats=self.stats()))
+        self._running = False
+        if self._own_sink is not None:
+            self._own_sink.close()
+
+    async def __aenter__(self) -> FaultProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def now(self) -> float:
+        """The proxy's clock (the event loop's monotonic seconds)."""
+        return time.monotonic()
+
+    @property
+    def bootstrap(self) -> str:
+        """Comma-separated advertised listener addresses, for ``bootstrap.servers``."""
+        return ",".join(format_hostport(*l.advertised) for l in self.listeners)
+
+    def describe(self) -> dict[str, Any]:
+        """Listener addresses, for the ready line and `stats`."""
+        return {"listeners": [
+            {"proxy": l.name, "advertised": format_hostport(*l.advertised),
+             "upstream": format_hostport(*l.route.upstream), "broker": l.node_id}
+            for l in self.listeners]}
+
+    # ----------------------------------------------------------------- rules
+
+    def add_rule(self, rule: Rule | Mapping[str, Any]) -> str:
+        """Validate and install a rule; returns its id (given, or ``r<N>``)."""
+        parsed = parse_rule(rule)
+        rule_id = parsed.id or f"r{next(self._rule_ids)}"
+        if rule_id in self._states:
+            raise RuleError(f"a rule with id {rule_id!r} is already installed")
+        parsed = dataclasses.replace(parsed, id=rule_id)
+        self._states[rule_id] = RuleState(parsed, self.now())
+        self._refresh()
+        self.emit(stamp("rule_added", rule_id=rule_id, action=parsed.action, rule=parsed.as_json()))
+        log.info("rule %s added: %s", rule_id, parsed.as_json())
+        return rule_id
+
+    def remove_rule(self, rule_id: str) -> bool:
+        """Uninstall a rule; False if no such rule (already expired ones are removed too)."""
+        state = self._states.pop(rule_id, None)
+        if state is None:
+            return False
+        self._refresh()
+        self.emit(stamp("rule_removed", rule_id=rule_id, action=state.rule.action,
+                        fired=state.fired, matched=state.matched))
+        log.info("rule %s removed (fired %d times)", rule_id, state.fired)
+        return True
+
+    def clear(self) -> int:
+        """Uninstall every rule; returns how many there were."""
+        ids = list(self._states)
+        for rule_id in ids:
+            self.remove_rule(rule_id)
+        return len(ids)
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Installed rules with their state (waiting/active/expired) and counters."""
+        now = self.now()
+        return [state.as_json(now) for state in self._states.values()]
+
+    def live_rules(self) -> tuple[RuleState, ...]:
+        """Rules that may fire now (cheap when nothing changed since the last call)."""
+        if not self._states:
+            return ()
+        now = self.now()
+        if now >= self._next_check or any(s.expired for s in self._live):
+            self._refresh(now)
+        return self._live
+
+    def _refresh(self, now: float | None = None) -> None:
+        now = self.now() if now is None else now
+        live = []
+        next_check = float("inf")
+        for state in self._states.values():
+            start, end = state.window()
+            if state.is_over(now):
+                if state.rule.id not in self._expired_reported:
+                    self._expired_reported.add(state.rule.id)
+                    self.emit(stamp("rule_expired", rule_id=state.rule.id, action=state.rule.action,
+                                    fired=state.fired, matched=state.matched))
+                continue
+            if now < start:
+                next_check = min(next_check, start)
+            else:
+                live.append(state)
+                next_check = min(next_check, end)
+        self._live = tuple(live)
+        self._next_check = next_check
+
+    def pacer(self, rule: Rule, direction: str) -> Pacer:
+        """The shared pacer of a bandwidth rule in one direction."""
+        key = (rule.id, direction)
+        pacer = self._pacers.get(key)
+        if pacer is None:
+            pacer = self._pacers[key] = Pacer(rule.bytes_per_s or 1.0)
+        return pacer
+
+    # ----------------------------------------------------------------- responses with addresses
+
+    def process_special(self, conn: _Connection, header: kp.RequestHeader, frame: bytes) -> bytes | None:
+        """Cap ApiVersions / rewrite addresses in a response; returns a new framed response or None."""
+        api_key, version = header.api_key, header.api_version
+        try:
+            if api_key == kp.API_VERSIONS:
+                return self._cap_versions(conn, header, frame)
+            payload = kp.decode_response(frame, api_key, version)
+            if api_key == kp.METADATA:
+                self.topic_names.update(kp.metadata_topic_ids(payload))
+            new_payload, changes = kp.rewrite_addresses(payload, self._map_address)
+            if not changes or not self.rewrite:
+                return None
+            conn.event("address_rewrite", _Request(header, b"", True),
+                       detail={"changes": [c.as_json() for c in changes]})
+            return kp.encode_response(new_payload, header.correlation_id)
+        except (KafkaProtocolError, UnsupportedVersion) as exc:
+            conn.event("decode_failed", _Request(header, b"", True), detail={"error": str(exc)})
+            log.warning("passing %s v%d response through unchanged: %s", kp.api_name(api_key), version, exc)
+            return None
+
+    def _cap_versions(self, conn: _Connection, header: kp.RequestHeader, frame: bytes) -> bytes | None:
+        try:
+            payload = kp.decode_response(frame, kp.API_VERSIONS, header.api_version)
+        except KafkaProtocolError:
+            # A broker that does not support the requested ApiVersions version answers v0.
+            payload = kp.decode_response(frame, kp.API_VERSIONS, 0)
+        new_payload, changes = kp.cap_api_versions(payload, self.version_caps)
+        for api_key, low, high in kp.iter_api_ranges(payload):
+            cap = self.version_caps.get(api_key)
+            if cap is not None and low > cap:
+                log.warning("broker's minimum %s version %d is above what the proxy decodes (%d)",
+                            kp.api_name(api_key), low, cap)
+        if not changes:
+            return None
+        conn.event("api_versions_capped", _Request(header, b"", True),
+                   detail={"changes": [c.as_json() for c in changes]})
+        return kp.encode_response(new_payload, header.correlation_id)
+
+    def _map_address(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
+        """Where clients should reach broker ``node_id`` (advertised at host:port); None: leave as is."""
+        for listener in self.listeners:
+            if listener.node_id == node_id:
+                return listener.advertised if self.rewrite else None
+        for listener in self.listeners:
+            if listener.node_id is None and (listener.is_upstream(host, port) or (host, port) == listener.advertised):
+                listener.node_id = node_id
+                self.emit(stamp("broker_learned", proxy=listener.name, broker=node_id,
+                                upstream=format_hostport(*listener.route.upstream),
+                                detail={"advertised_by_broker": format_hostport(host, port)}))
+                return listener.advertised if self.rewrite else None
+        if any((host, port) == l.advertised for l in self.listeners):
+            return None
+        key = (node_id, host, port)
+        if key not in self._unmapped:
+            self._unmapped.add(key)
+            self.emit(stamp("unmapped_broker", broker=node_id, detail={"address": format_hostport(host, port)}))
+            log.warning("broker %d at %s has no proxy listener; clients will reach it directly",
+                        node_id, format_hostport(host, port))
+        return None
+
+    # ----------------------------------------------------------------- events and stats
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Send an event to the sink; a failing sink is logged, never fatal."""
+        self.events_emitted += 1
+        if self._sink is None:
+            return
+        try:
+            self._sink(event)
+        except Exception:  # noqa: BLE001 - a broken sink must not take the proxy down
+            log.exception("event sink failed on %s event", event.get("event"))
+
+    def stats(self) -> dict[str, Any]:
+        """Counters per listener, rules with their state, and events emitted."""
+        listeners = []
+        for listener, info in zip(self.listeners, self.describe()["listeners"]):
+            listeners.append({**info, "connections_open": len(listener.connections),
+                              **dataclasses.asdict(listener.stats)})
+        return {"listeners": listeners, "rules": self.rules(), "events": self.events_emitted,
+                "uptime_s": round(self.now() - self._started_at, 3) if self._started_at else 0.0}

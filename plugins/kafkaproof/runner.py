@@ -1,0 +1,627 @@
+"""Run a scenario: cluster, topic, consumers, producers, fault timeline, heal, drain, ledger.
+
+`run_scenario` turns a validated Scenario into a run directory (see
+docs/ledger-schema.md). Whatever happens (an exception, SIGINT/SIGTERM, a
+timeout) it heals every fault, stops every process it started, tears the
+cluster down and writes `manifest.json`; a run that could not collect its data
+ends `incomplete` or `error`, never `complete`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from . import __version__, ledger
+from .cluster import ClusterConfig, LocalCluster
+from .errors import ClusterError, FaultError, KafkaproofError
+from .faults import FaultInjector, append_fault_log, now
+from .scenario import Scenario, TimelineFault
+from .workload import COMPLETION_STREAM, SEND_STREAM, TXN_STREAM, classify_delivery, read_stream
+
+log = logging.getLogger(__name__)
+
+
+class RunInterrupted(KafkaproofError):
+    """The run was interrupted (SIGINT/SIGTERM) or hit its time limit."""
+
+
+@dataclass
+class RunOptions:
+    out: Path = Path("runs")
+    messages: int | None = None
+    kafka_version: str | None = None
+    bootstrap: str | None = None  # an existing cluster instead of a local one
+    cluster_name: str | None = None
+    progress_interval_s: float = 2.0
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    status: str  # complete | incomplete | error
+    error: str | None = None
+
+
+def new_run_id(scenario_name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{scenario_name}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+def versions(kafka_version: str | None) -> dict[str, str | None]:
+    import confluent_kafka
+    return {"kafka": kafka_version, "confluent_kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version(),
+            "pyarrow": pa.__version__, "kafkaproof": __version__}
+
+
+# --- worker processes ------------------------------------------------------------
+
+class Workers:
+    """Producer and consumer OS processes of one run; kills them all on close."""
+
+    def __init__(self, work: Path, base_spec: dict):
+        self.work = work
+        self.base = base_spec
+        self.producers: dict[int, subprocess.Popen] = {}
+        self.consumers: dict[int, subprocess.Popen] = {}
+        self.incarnations: dict[int, int] = {}
+
+    def _spawn(self, role: str, spec: dict, name: str) -> subprocess.Popen:
+        path = self.work / f"{name}.spec.json"
+        path.write_text(json.dumps(spec))
+        errf = open(self.work / f"{name}.stderr.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "kafkaproof.workload", role, str(path)],
+                                stdout=errf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work,
+                                start_new_session=True)
+        errf.close()
+        return proc
+
+    def start_producer(self, index: int, spec: dict) -> None:
+        self.producers[index] = self._spawn("producer", {**self.base, **spec, "index": index}, f"producer-{index}")
+
+    def start_consumer(self, index: int, spec: dict) -> None:
+        inc = self.incarnations.get(index, -1) + 1
+        self.incarnations[index] = inc
+        self.consumers[index] = self._spawn("consumer", {**self.base, **spec, "index": index, "incarnation": inc},
+                                            f"consumer-{index}-{inc}")
+        self._consumer_spec = spec
+
+    def signal_consumer(self, index: int, sig: int) -> int:
+        proc = self.consumers[index]
+        if proc.poll() is not None:
+            raise FaultError(f"consumer {index} is not running (exit code {proc.returncode})")
+        os.kill(proc.pid, sig)
+        return proc.pid
+
+    def restart_consumer(self, index: int) -> None:
+        proc = self.consumers[index]
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+            return
+        self.start_consumer(index, self._consumer_spec)
+
+    def producers_done(self) -> bool:
+        return all(p.poll() is not None for p in self.producers.values())
+
+    def stop_consumers(self, timeout_s: float = 20.0) -> None:
+        for proc in self.consumers.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.terminate()
+        _wait_all(self.consumers.values(), timeout_s)
+
+    def kill_all(self) -> None:
+        procs = list(self.producers.values()) + list(self.consumers.values())
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.terminate()
+        _wait_all(procs, 10.0)
+
+    def progress(self) -> dict[str, Any]:
+        total: dict[str, Any] = {"sent": 0, "ok": 0, "fail": 0, "indefinite": 0, "read": 0, "errors": {}}
+        for f in self.work.glob("*.progress.json"):
+            try:
+                p = json.loads(f.read_text())
+            except (json.JSONDecodeError, OSError):
+                continue
+            for k in ("sent", "ok", "fail", "indefinite", "read"):
+                total[k] += p.get(k, 0)
+            for name, n in p.get("errors", {}).items():
+                total["errors"][name] = total["errors"].get(name, 0) + n
+        return total
+
+
+def _wait_all(procs, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+# --- cluster snapshots -----------------------------------------------------------
+
+class SnapshotSampler:
+    """Samples leader/replicas/ISR per partition, the controller and live nodes every second."""
+
+    def __init__(self, cluster: LocalCluster | None, topic: str, interval_s: float = 1.0):
+        self.cluster, self.topic, self.interval = cluster, topic, interval_s
+        self.rows: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="snapshots", daemon=True)
+
+    def start(self) -> "SnapshotSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.sample()
+            except Exception as e:  # a sample may fail under faults; the next one tries again
+                log.debug("snapshot failed: %s", e)
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def sample(self) -> None:
+        if self.cluster is None:
+            return
+        ts = time.monotonic_ns()
+        live = [n for n in self.cluster.node_ids() if self.cluster.node_state(n) == "running"]
+        controller = self.cluster.active_controller()
+        try:
+            parts = self.cluster.partitions(self.topic)
+        except ClusterError:
+            parts = {}
+        for p, info in sorted(parts.items()):
+            self.rows.append({"ts_ns": ts, "partition": p, "leader": info["leader"], "replicas": info["replicas"],
+                              "isr": info["isr"], "controller": -1 if controller is None else controller,
+                              "live_nodes": live})
+
+
+# --- drain -----------------------------------------------------------------------
+
+def drain(bootstrap: str, topic: str, isolation: str, timeout_s: float) -> tuple[list[dict], dict[int, dict]]:
+    """Read every partition of `topic` from the beginning to its high watermark with a fresh reader."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kp-audit-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": isolation, "log_level": 3,
+                         "enable.partition.eof": False})
+    try:
+        md = consumer.list_topics(topic, timeout=15)
+        if topic not in md.topics or not md.topics[topic].partitions:
+            raise ClusterError(f"drain: topic {topic!r} not found")
+        partitions = sorted(md.topics[topic].partitions)
+        marks: dict[int, dict] = {}
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15, cached=False)
+            marks[p] = {"low": low, "high": high, "complete": high <= low, "read": 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        rows: list[dict] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not all(m["complete"] for m in marks.values()):
+            for m in consumer.consume(num_messages=1000, timeout=0.5):
+                if m.error() is not None:
+                    continue
+                key = m.key()
+                rows.append({"isolation": isolation, "partition": m.partition(), "offset": m.offset(),
+                             "key": key.decode(errors="replace") if key is not None else None,
+                             "value_id": ledger.decode_value_id(m.value()), "timestamp_ms": m.timestamp()[1]})
+                marks[m.partition()]["read"] += 1
+            positions = consumer.position([TopicPartition(topic, p) for p in partitions])
+            for tp in positions:
+                if tp.offset >= 0 and tp.offset >= marks[tp.partition]["high"]:
+                    marks[tp.partition]["complete"] = True
+        return rows, marks
+    finally:
+        consumer.close()
+
+
+# --- assembling the ledger -------------------------------------------------------
+
+def assemble_sends(work: Path, producers: int, audit_value_ids: set[int]) -> pa.Table:
+    """Join each producer's send and completion streams into ledger `sends` rows."""
+    import pandas as pd
+    frames = []
+    for i in range(producers):
+        s = read_stream(work / f"producer-{i}.sends.arrow", SEND_STREAM).to_pandas()
+        c = read_stream(work / f"producer-{i}.completions.arrow", COMPLETION_STREAM).to_pandas()
+        t = read_stream(work / f"producer-{i}.txns.arrow", TXN_STREAM).to_pandas()
+        c = c.drop_duplicates("value_id", keep="first")
+        df = s.merge(c, on="value_id", how="outer")
+        df["producer"] = i
+        df["seq"] = df["value_id"] - (i << ledger.VALUE_ID_PRODUCER_SHIFT)
+        # Values in the log that this producer never got to record (it died): in flight, so indefinite.
+        known = set(df["value_id"].tolist())
+        orphans = sorted(v for v in audit_value_ids if v >> ledger.VALUE_ID_PRODUCER_SHIFT == i and v not in known)
+        if orphans:
+            df = pd.concat([df, pd.DataFrame({"value_id": orphans, "producer": i,
+                                              "seq": [v - (i << ledger.VALUE_ID_PRODUCER_SHIFT) for v in orphans]})],
+                           ignore_index=True)
+        df["partition"] = df["partition"].fillna(-1)
+        df["outcome"] = [classify_delivery(None if pd.isna(n) else n, int(p)) if not pd.isna(ts) else "indefinite"
+                         for n, p, ts in zip(df["error_name"], df["partition"], df["complete_ns"])]
+        df.loc[df["outcome"] != "ok", "offset"] = None
+        if len(t):
+            df = df.merge(t[["txn_id", "txn_outcome"]], on="txn_id", how="left")
+        else:
+            df["txn_outcome"] = None
+        frames.append(df)
+    if not frames:
+        return ledger.SENDS.empty_table()
+    df = pd.concat(frames, ignore_index=True).sort_values("value_id")
+    df["producer_pid"] = df["producer_pid"].fillna(-1)
+    df["intended_ns"] = df["intended_ns"].fillna(-1)
+    df["send_ns"] = df["send_ns"].fillna(-1)
+    cols = {f.name: df[f.name] for f in ledger.SENDS}
+    return pa.Table.from_pandas(pd.DataFrame(cols), schema=ledger.SENDS, preserve_index=False)
+
+
+def assemble_consumer_tables(work: Path) -> tuple[pa.Table, pa.Table]:
+    reads = [read_stream(p, ledger.READS) for p in sorted(work.glob("consumer-*.reads.arrow"))]
+    events = [read_stream(p, ledger.CONSUMER_EVENTS) for p in sorted(work.glob("consumer-*.events.arrow"))]
+    return (pa.concat_tables(reads) if reads else ledger.READS.empty_table(),
+            pa.concat_tables(events) if events else ledger.CONSUMER_EVENTS.empty_table())
+
+
+def fault_rows(fault_log: Path) -> list[dict]:
+    """Pair inject and heal events of the fault log into ledger `faults` rows."""
+    if not fault_log.exists():
+        return []
+    rows: dict[str, dict] = {}
+    for line in fault_log.read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] == "inject":
+            rows[e["fault_id"]] = {"fault_id": e["fault_id"], "kind": e["kind"], "target": e["target"],
+                                   "nodes": e["nodes"], "params": json.dumps(e["params"], sort_keys=True),
+                                   "start_ns": e["mono_ns"], "start_wall": e["wall"], "heal_ns": None, "heal_wall": None}
+        elif e["event"] == "heal" and e["fault_id"] in rows:
+            rows[e["fault_id"]].update(heal_ns=e["mono_ns"], heal_wall=e["wall"])
+    return sorted(rows.values(), key=lambda r: r["start_ns"])
+
+
+# --- the run ---------------------------------------------------------------------
+
+class ScenarioRun:
+    """One execution of a scenario. Use `execute()`; it never leaves anything running."""
+
+    def __init__(self, scenario: Scenario, options: RunOptions):
+        self.scenario = scenario.with_overrides(options.messages, options.kafka_version)
+        self.options = options
+        self.run_id = new_run_id(scenario.name)
+        self.run_dir = Path(options.out) / self.run_id
+        self.work = self.run_dir / "work"
+        self.fault_log = self.work / "faults.jsonl"
+        self.cluster: LocalCluster | None = None
+        self.bootstrap: str | None = options.bootstrap
+        self.timings: dict[str, dict] = {}
+        self.fault_errors: list[str] = []
+        self.audit_marks: dict[str, dict] = {}
+        self.audit_rows: list[dict] = []
+        self.sampler: SnapshotSampler | None = None
+        mono, wall = time.monotonic_ns(), time.time_ns()
+        self.manifest: dict[str, Any] = {
+            "run_id": self.run_id, "scenario": self.scenario.data, "scenario_name": self.scenario.name,
+            "scenario_path": self.scenario.path, "scenario_hash": self.scenario.hash(),
+            "guarantee": self.scenario.guarantee, "expect": self.scenario.expect,
+            "versions": versions(self.scenario.data["cluster"]["kafka_version"]),
+            "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "platform": platform.platform()},
+            "clock": {"monotonic_origin_ns": mono, "wall_origin_ns": wall, "unit": "ns", "source": "CLOCK_MONOTONIC"},
+            "topic": self.scenario.topic, "status": "running", "error": None}
+
+    # phases ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        start_ns, start_wall = now()
+        log.info("[%s] %s", self.scenario.name, name)
+        try:
+            yield
+        finally:
+            end_ns, end_wall = now()
+            self.timings[name] = {"start_ns": start_ns, "end_ns": end_ns, "start_wall": start_wall,
+                                  "end_wall": end_wall, "seconds": round((end_ns - start_ns) / 1e9, 3)}
+
+    def execute(self) -> RunResult:
+        self.work.mkdir(parents=True, exist_ok=True)
+        ledger.write_manifest(self.run_dir, self.manifest)
+        status, error = "complete", None
+        deadline = time.monotonic() + self.scenario.data["timeout_s"]
+        try:
+            with contextlib.ExitStack() as stack:
+                self._provision(stack)
+                self._experiment(stack, deadline)
+            with self.phase("assemble"):
+                self._assemble()
+            if self.fault_errors:
+                status, error = "error", "faults could not be injected: " + "; ".join(self.fault_errors)
+            incomplete = [p for iso in self.audit_marks.values() for p, m in iso.items() if not m["complete"]]
+            if incomplete and status == "complete":
+                status, error = "incomplete", f"the drain did not reach the high watermark of partitions {sorted(set(incomplete))}"
+        except (KeyboardInterrupt, RunInterrupted) as e:
+            status, error = "incomplete", f"interrupted: {e or 'signal'}"
+        except KafkaproofError as e:
+            status, error = "error", str(e)
+        except Exception as e:  # an unexpected failure must still end as a recorded error
+            log.exception("run failed")
+            status, error = "error", f"{type(e).__name__}: {e}"
+        finally:
+            self.manifest.update(status=status, error=error, timings=self.timings,
+                                 bootstrap=self.bootstrap, audit={"partitions": self.audit_marks},
+                                 fault_errors=self.fault_errors)
+            ledger.write_manifest(self.run_dir, self.manifest)
+        log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
+                 f" ({error})" if error else "", self.run_dir)
+        return RunResult(self.run_id, self.run_dir, status, error)
+
+    def _provision(self, stack: contextlib.ExitStack) -> None:
+        data = self.scenario.data
+        if self.options.bootstrap is None:
+            c = data["cluster"]
+            cfg = ClusterConfig(name=self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}",
+                                brokers=c["brokers"], controllers=c["controllers"], kafka_version=c["kafka_version"],
+                                broker_config=c["config"], node_config={int(k): v for k, v in c["node_config"].items()})
+            with self.phase("provision"):
+                self.cluster = LocalCluster.up(cfg)
+            stack.callback(self._teardown)
+            self.bootstrap = self.cluster.bootstrap_servers()
+            self.manifest["cluster"] = self.cluster.status()
+        elif any(not t.on_consumer for t in self.scenario.timeline()):
+            raise KafkaproofError("broker faults need the local cluster backend; drop --bootstrap or the faults")
+        t = data["topic"]
+        if t["create"]:
+            with self.phase("create_topic"):
+                if self.cluster is None:
+                    raise KafkaproofError("topic creation on an existing cluster is not supported yet; create it by hand and set topic.create: false")
+                self.cluster.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
+                self.cluster.wait_in_sync(t["name"])
+                self.manifest["topic_description"] = self.cluster.describe_topic(t["name"])
+
+    def _teardown(self) -> None:
+        with self.phase("teardown"):
+            logs = self.run_dir / "logs"
+            logs.mkdir(exist_ok=True)
+            for nid in self.cluster.node_ids():
+                src = self.cluster.node_dir(nid) / "server.log"
+                if src.exists():
+                    shutil.copy(src, logs / f"node-{nid}.log")
+            self.cluster.down(keep_logs=False)
+
+    def _producer_bootstrap(self) -> str:
+        ids = self.scenario.data["producers"].get("bootstrap")
+        if not ids or self.cluster is None:
+            return self.bootstrap
+        nodes = {n["id"]: n for n in self.cluster.state()["nodes"]}
+        return ",".join(f"{nodes[i]['advertised_host']}:{nodes[i]['advertised_port']}" for i in ids)
+
+    def _experiment(self, stack: contextlib.ExitStack, deadline: float) -> None:
+        data = self.scenario.data
+        topic = data["topic"]["name"]
+        injector = stack.enter_context(FaultInjector(self.cluster, topic, self.fault_log)) if self.cluster else None
+        workers = Workers(self.work, {"run_id": self.run_id, "out": str(self.work), "topic": topic,
+                                      "bootstrap": self.bootstrap})
+        stack.callback(workers.kill_all)
+        sampler = SnapshotSampler(self.cluster, topic).start()
+        stack.callback(sampler.stop)
+        self.sampler = sampler
+        cons = data["consumers"]
+        prod = data["producers"]
+        consumer_spec = {k: cons[k] for k in ("mode", "isolation_level", "commit", "processing_ms", "config")}
+        consumer_spec["group"] = cons.get("group", "")
+        if cons["mode"] == "assign":
+            consumer_spec["partitions"] = list(range(data["topic"]["partitions"]))
+        producer_spec = {k: prod[k] for k in ("rate", "value_size", "keys", "config") if k in prod}
+        producer_spec.update({k: prod[k] for k in ("messages", "duration_s", "transactions") if k in prod})
+        producer_spec["bootstrap"] = self._producer_bootstrap()
+
+        with self.phase("workload"):
+            for i in range(cons["count"]):
+                workers.start_consumer(i, consumer_spec)
+            t0 = time.monotonic()
+            timeline = Timeline(self, injector, workers, t0)
+            stack.callback(timeline.stop)
+            timeline.start()
+            producers_started = False
+            last_progress = 0.0
+            while True:
+                if time.monotonic() > deadline:
+                    raise RunInterrupted(f"time limit of {data['timeout_s']}s reached")
+                elapsed = time.monotonic() - t0
+                if not producers_started and elapsed >= prod["start_after_s"]:
+                    for i in range(prod["count"]):
+                        workers.start_producer(i, producer_spec)
+                    producers_started = True
+                if time.monotonic() - last_progress >= self.options.progress_interval_s:
+                    self._show_progress(workers, elapsed, timeline)
+                    last_progress = time.monotonic()
+                if producers_started and workers.producers_done() and timeline.finished():
+                    break
+                time.sleep(0.2)
+            self._show_progress(workers, time.monotonic() - t0, timeline)
+        with self.phase("heal"):
+            timeline.stop()
+            timeline.heal_everything()
+        with self.phase("settle"):
+            self._wait_consumers_settle(workers, deadline)
+            workers.stop_consumers()
+        with self.phase("drain"):
+            for iso in ("read_uncommitted", "read_committed"):
+                rows, marks = drain(self.bootstrap, topic, iso, data["drain"]["timeout_s"])
+                self.audit_rows += rows
+                self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
+        sampler.stop()
+
+    def _wait_consumers_settle(self, workers: Workers, deadline: float) -> None:
+        """Let consumers read what is left: until no new reads for settle_s (bounded by drain.timeout_s)."""
+        if not workers.consumers:
+            return
+        settle = self.scenario.data["drain"]["settle_s"]
+        limit = min(deadline, time.monotonic() + self.scenario.data["drain"]["timeout_s"])
+        last, since = -1, time.monotonic()
+        while time.monotonic() < limit:
+            for i, proc in list(workers.consumers.items()):
+                if proc.poll() is not None:  # a consumer left dead by a fault still gets to finish
+                    workers.restart_consumer(i)
+            read = workers.progress()["read"]
+            if read != last:
+                last, since = read, time.monotonic()
+            elif time.monotonic() - since >= settle:
+                return
+            time.sleep(0.5)
+
+    def _show_progress(self, workers: Workers, elapsed: float, timeline: "Timeline") -> None:
+        p = workers.progress()
+        errors = ", ".join(f"{k}={v}" for k, v in sorted(p["errors"].items())) or "none"
+        active = ", ".join(timeline.active_descriptions()) or "none"
+        log.info("[%s] t=%5.1fs sent=%d acked=%d failed=%d indefinite=%d read=%d errors: %s | faults: %s",
+                 self.scenario.name, elapsed, p["sent"], p["ok"], p["fail"], p["indefinite"], p["read"], errors, active)
+
+    def _assemble(self) -> None:
+        data = self.scenario.data
+        audit_rows = self.audit_rows
+        audit_ids = {r["value_id"] for r in audit_rows if r["value_id"] >= 0}
+        counts = {}
+        sends = assemble_sends(self.work, data["producers"]["count"], audit_ids)
+        ledger.write_arrow(self.run_dir, "sends", sends)
+        reads, events = assemble_consumer_tables(self.work)
+        ledger.write_arrow(self.run_dir, "reads", reads)
+        ledger.write_arrow(self.run_dir, "consumer_events", events)
+        counts["sends"], counts["reads"], counts["consumer_events"] = sends.num_rows, reads.num_rows, events.num_rows
+        counts["audit"] = ledger.write_table(self.run_dir, "audit", audit_rows)
+        counts["faults"] = ledger.write_table(self.run_dir, "faults", fault_rows(self.fault_log))
+        counts["cluster_snapshots"] = ledger.write_table(self.run_dir, "cluster_snapshots",
+                                                         self.sampler.rows if self.sampler else [])
+        outcomes = sends.column("outcome").to_pylist()
+        counts.update({f"sends_{o}": outcomes.count(o) for o in ledger.SEND_OUTCOMES})
+        self.manifest["counts"] = counts
+
+
+class Timeline:
+    """Runs a scenario's fault timeline in a thread: inject at `at`, heal after `duration`."""
+
+    def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float):
+        self.run, self.injector, self.workers, self.t0 = run, injector, workers, t0
+        self.entries = run.scenario.timeline()
+        self.pending_heals: list[tuple[float, str, Any]] = []  # (time, fault id, entry)
+        self.active: dict[str, str] = {}
+        self.consumer_faults: dict[str, tuple[TimelineFault, int]] = {}
+        self._injected = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="timeline", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=120)
+
+    def finished(self) -> bool:
+        """Every fault injected and every fault with a duration healed."""
+        return self._injected >= len(self.entries) and not self.pending_heals
+
+    def active_descriptions(self) -> list[str]:
+        with self._lock:
+            return list(self.active.values())
+
+    def _loop(self) -> None:
+        queue = list(self.entries)
+        while not self._stop.is_set() and (queue or self.pending_heals):
+            t = time.monotonic() - self.t0
+            if queue and queue[0].at <= t:
+                self._inject(queue.pop(0))
+                self._injected += 1
+                continue
+            due = [h for h in self.pending_heals if h[0] <= t]
+            for h in due:
+                self.pending_heals.remove(h)
+                self._heal(h[1])
+            self._stop.wait(0.05)
+
+    def _inject(self, entry: TimelineFault) -> None:
+        try:
+            if entry.on_consumer:
+                fid = self._inject_consumer(entry)
+            else:
+                fid = self.injector.inject(entry.spec).fault_id
+        except (KafkaproofError, OSError) as e:
+            msg = f"{entry.spec.kind} {entry.spec.target} at {entry.at}s: {e}"
+            log.error("fault not injected: %s", msg)
+            self.run.fault_errors.append(msg)
+            return
+        with self._lock:
+            self.active[fid] = f"{entry.spec.kind} {entry.spec.target or entry.spec.params.get('groups')}"
+        if entry.duration is not None or entry.on_consumer:
+            self.pending_heals.append((entry.at + (entry.duration or 0.0), fid, entry))
+
+    def _inject_consumer(self, entry: TimelineFault) -> str:
+        index = int(entry.spec.target.split(":")[1])
+        sig = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "pause": signal.SIGSTOP}[entry.spec.kind]
+        pid = self.workers.signal_consumer(index, sig)
+        if sig != signal.SIGSTOP:
+            self.workers.consumers[index].wait(30)
+        fid = f"{entry.spec.kind}-consumer{index}-{uuid.uuid4().hex[:6]}"
+        mono, wall = now()
+        append_fault_log(self.run.fault_log, {"event": "inject", "fault_id": fid, "kind": entry.spec.kind,
+                                              "target": entry.spec.target, "nodes": [],
+                                              "params": {"pid": pid, **entry.spec.params}, "mono_ns": mono, "wall": wall})
+        self.consumer_faults[fid] = (entry, index)
+        log.info("fault %s: %s consumer %d (pid %d)", fid, entry.spec.kind, index, pid)
+        return fid
+
+    def _heal(self, fid: str) -> None:
+        try:
+            if fid in self.consumer_faults:
+                entry, index = self.consumer_faults.pop(fid)
+                self.workers.restart_consumer(index)
+                mono, wall = now()
+                append_fault_log(self.run.fault_log, {"event": "heal", "fault_id": fid, "kind": entry.spec.kind,
+                                                      "target": entry.spec.target, "nodes": [], "params": {},
+                                                      "mono_ns": mono, "wall": wall})
+            else:
+                self.injector.heal(fid)
+        except (KafkaproofError, OSError) as e:
+            self.run.fault_errors.append(f"heal {fid}: {e}")
+            log.error("heal of %s failed: %s", fid, e)
+        with self._lock:
+            self.active.pop(fid, None)
+
+    def heal_everything(self) -> None:
+        """Heal what is still active: scheduled heals now, duration-less faults at the end of the workload."""
+        for _, fid, _ in list(self.pending_heals):
+            self._heal(fid)
+        self.pending_heals.clear()
+        for fid in list(self.consumer_faults):
+            self._heal(fid)
+        if self.injector is not None:
+            for fid in list(self.injector.injected):
+                self._heal(fid)

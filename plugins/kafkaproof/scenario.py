@@ -1,0 +1,305 @@
+"""Scenario files: load, validate (JSON Schema + semantic checks), resolve defaults.
+
+Every error names the file, the field (dotted path) and what is allowed, and
+is raised before any cluster or process starts.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import FaultError, ScenarioError
+from .faults import FAULT_KINDS, FaultSpec
+from .install import DEFAULT_KAFKA_VERSION, check_version
+
+GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
+ANOMALIES = ("lost", "not_delivered", "unseen", "duplicates", "redeliveries", "aborted_reads",
+             "inconsistent_offsets", "ack_offset_mismatch", "reordering", "poll_skips", "poll_rewinds")
+COMMIT_STRATEGIES = ("auto", "sync", "async", "before")
+KEY_DISTRIBUTIONS = ("none", "single", "uniform", "sequential")
+CONSUMER_FAULT_KINDS = ("kill", "stop", "pause")
+
+_CONFIG_MAP = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "kafkaproof scenario",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "guarantee", "producers"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$",
+                 "description": "unique scenario name (lowercase letters, digits, '-', '_')"},
+        "description": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "e.g. nightly, seed, smoke"},
+        "guarantee": {"enum": list(GUARANTEES), "description": "the delivery guarantee the scenario claims"},
+        "expect": {
+            "description": "`pass`, or a negative control: `{detect: [anomaly, ...]}` that must be found",
+            "oneOf": [{"const": "pass"},
+                      {"type": "object", "additionalProperties": False, "required": ["detect"],
+                       "properties": {"detect": {"type": "array", "minItems": 1, "items": {"enum": list(ANOMALIES)}},
+                                      "why": {"type": "string"}}}]},
+        "explanation": {"type": "string", "description": "what the scenario shows and why (for the report)"},
+        "cluster": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "brokers": {"type": "integer", "minimum": 1, "maximum": 9},
+                "controllers": {"type": "integer", "minimum": 0, "maximum": 5},
+                "kafka_version": {"type": "string"},
+                "config": _CONFIG_MAP,
+                "node_config": {"type": "object", "patternProperties": {"^[0-9]+$": _CONFIG_MAP},
+                                "additionalProperties": False},
+            }},
+        "topic": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,200}$"},
+                "create": {"type": "boolean", "description": "false: let the producer auto-create it"},
+                "partitions": {"type": "integer", "minimum": 1, "maximum": 64},
+                "replication_factor": {"type": "integer", "minimum": 1, "maximum": 9},
+                "config": _CONFIG_MAP,
+            }},
+        "producers": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "count": {"type": "integer", "minimum": 1, "maximum": 16},
+                "rate": {"type": ["number", "null"], "exclusiveMinimum": 0,
+                         "description": "target sends/s per producer (open loop); null = as fast as possible"},
+                "messages": {"type": "integer", "minimum": 1, "description": "values per producer"},
+                "duration_s": {"type": "number", "exclusiveMinimum": 0},
+                "start_after_s": {"type": "number", "minimum": 0},
+                "value_size": {"type": "integer", "minimum": 40, "maximum": 1048576},
+                "keys": {"type": "object", "additionalProperties": False,
+                         "properties": {"distribution": {"enum": list(KEY_DISTRIBUTIONS)},
+                                        "count": {"type": "integer", "minimum": 1},
+                                        "key": {"type": "string"}}},
+                "bootstrap": {"type": "array", "items": {"type": "integer"}, "minItems": 1,
+                              "description": "broker ids the producer bootstraps from (default: all)"},
+                "config": _CONFIG_MAP,
+                "transactions": {"type": "object", "additionalProperties": False, "required": ["batch"],
+                                 "properties": {"batch": {"type": "integer", "minimum": 1},
+                                                "abort_probability": {"type": "number", "minimum": 0, "maximum": 1}}},
+            }},
+        "consumers": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "count": {"type": "integer", "minimum": 0, "maximum": 16},
+                "mode": {"enum": ["subscribe", "assign"]},
+                "group": {"type": "string"},
+                "isolation_level": {"enum": ["read_committed", "read_uncommitted"]},
+                "commit": {"enum": list(COMMIT_STRATEGIES),
+                           "description": "auto-commit, sync/async after processing, or before processing"},
+                "processing_ms": {"type": "number", "minimum": 0},
+                "config": _CONFIG_MAP,
+            }},
+        "faults": {
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": False, "required": ["at", "kind"],
+                      "properties": {"at": {"type": "number", "minimum": 0,
+                                            "description": "seconds after the workload starts"},
+                                     "kind": {"enum": list(FAULT_KINDS)},
+                                     "target": {"type": "string"},
+                                     "duration": {"type": "number", "minimum": 0,
+                                                  "description": "heal after this many seconds (default: when producers finish)"},
+                                     "params": {"type": "object"}}}},
+        "drain": {"type": "object", "additionalProperties": False,
+                  "properties": {"timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                                 "settle_s": {"type": "number", "minimum": 0}}},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "hard limit of the whole run"},
+    },
+}
+
+DEFAULTS: dict[str, Any] = {
+    "description": "", "tags": [], "expect": "pass", "explanation": "",
+    "cluster": {"brokers": 3, "controllers": 0, "kafka_version": DEFAULT_KAFKA_VERSION, "config": {}, "node_config": {}},
+    "topic": {"create": True, "partitions": 3, "replication_factor": 3, "config": {}},
+    "producers": {"count": 1, "rate": 500, "messages": 5000, "start_after_s": 2, "value_size": 100,
+                  "keys": {"distribution": "uniform", "count": 50}, "config": {"acks": "all"}},
+    "consumers": {"count": 1, "mode": "subscribe", "isolation_level": "read_committed", "commit": "sync",
+                  "processing_ms": 0, "config": {}},
+    "faults": [],
+    "drain": {"timeout_s": 60, "settle_s": 3},
+    "timeout_s": 900,
+}
+
+
+@dataclass(frozen=True)
+class TimelineFault:
+    """One entry of a scenario's fault timeline."""
+
+    at: float
+    spec: FaultSpec
+    duration: float | None
+
+    @property
+    def on_consumer(self) -> bool:
+        return self.spec.target.startswith("consumer:")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario with every default filled in (`data` is the resolved document)."""
+
+    name: str
+    path: str
+    data: dict[str, Any]
+
+    @property
+    def guarantee(self) -> str:
+        return self.data["guarantee"]
+
+    @property
+    def expect(self) -> dict[str, Any]:
+        """Normalised: {"outcome": "pass", "detect": []} or {"outcome": "detect", "detect": [...]}."""
+        e = self.data["expect"]
+        return {"outcome": "pass", "detect": []} if e == "pass" else {"outcome": "detect", "detect": list(e["detect"])}
+
+    @property
+    def topic(self) -> str:
+        return self.data["topic"]["name"]
+
+    def timeline(self) -> list[TimelineFault]:
+        return sorted((TimelineFault(f["at"], FaultSpec(f["kind"], f.get("target", ""), f.get("params", {})),
+                                     f.get("duration")) for f in self.data["faults"]), key=lambda t: t.at)
+
+    def hash(self) -> str:
+        """Stable hash of the resolved scenario (history compares runs of equal hashes)."""
+        return hashlib.sha256(json.dumps(self.data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def with_overrides(self, messages: int | None = None, kafka_version: str | None = None) -> "Scenario":
+        data = copy.deepcopy(self.data)
+        if messages is not None:
+            data["producers"]["messages"] = messages
+            data["producers"].pop("duration_s", None)
+        if kafka_version is not None:
+            data["cluster"]["kafka_version"] = check_version(kafka_version)
+        return Scenario(self.name, self.path, data)
+
+
+def _merge(defaults: dict, given: dict) -> dict:
+    out = copy.deepcopy(defaults)
+    for k, v in given.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and k not in ("config", "node_config", "params"):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _field_path(error) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _schema_message(error) -> str:
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        return f"unknown field(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
+    if error.validator == "enum":
+        return f"{error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+    if error.validator == "oneOf" and _field_path(error) == "expect":
+        return f"{error.instance!r} is not allowed; write `pass` or `{{detect: [anomaly, ...]}}` with anomalies from: {', '.join(ANOMALIES)}"
+    return error.message
+
+
+def validate_document(doc: Any, source: str) -> dict[str, Any]:
+    """Validate a parsed scenario document; returns it resolved with defaults. Raises ScenarioError."""
+    import jsonschema
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{source}: a scenario must be a YAML mapping, got {type(doc).__name__}")
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        lines = [f"{source}: {_field_path(e)}: {_schema_message(e)}" for e in errors[:10]]
+        raise ScenarioError("invalid scenario\n  " + "\n  ".join(lines))
+    data = _merge(DEFAULTS, doc)
+    given_producers = doc.get("producers", {})
+    if "duration_s" in given_producers and "messages" not in given_producers:
+        data["producers"].pop("messages")  # a duration replaces the default message count
+    data["topic"].setdefault("name", f"kp-{data['name']}")
+    _check_semantics(data, source)
+    return data
+
+
+def _check_semantics(data: dict, source: str) -> None:
+    def fail(field: str, message: str) -> None:
+        raise ScenarioError(f"{source}: {field}: {message}")
+
+    try:
+        check_version(str(data["cluster"]["kafka_version"]))
+    except Exception as e:
+        fail("cluster.kafka_version", str(e))
+    brokers = data["cluster"]["brokers"]
+    controllers = data["cluster"]["controllers"]
+    node_ids = list(range(1, brokers + 1)) + list(range(101, 101 + controllers))
+    topic = data["topic"]
+    if topic["replication_factor"] > brokers:
+        fail("topic.replication_factor", f"{topic['replication_factor']} is more than the {brokers} broker(s)")
+    for nid in data["cluster"]["node_config"]:
+        if int(nid) not in node_ids:
+            fail(f"cluster.node_config.{nid}", f"no such node; nodes are {node_ids}")
+    prod = data["producers"]
+    for b in prod.get("bootstrap", []):
+        if b not in range(1, brokers + 1):
+            fail("producers.bootstrap", f"broker {b} does not exist; brokers are 1..{brokers}")
+    if prod.get("transactions") and str(prod["config"].get("enable.idempotence", "true")).lower() == "false":
+        fail("producers.config.enable.idempotence", "transactions need idempotence; remove enable.idempotence=false")
+    cons = data["consumers"]
+    if cons["count"] and cons["mode"] == "subscribe":
+        cons.setdefault("group", f"kp-{data['name']}")
+    if cons["mode"] == "assign" and cons["count"] > 1:
+        fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
+    for i, f in enumerate(data["faults"]):
+        where = f"faults[{i}]"
+        target = f.get("target", "")
+        if target.startswith("consumer:"):
+            if f["kind"] not in CONSUMER_FAULT_KINDS:
+                fail(f"{where}.kind", f"{f['kind']!r} cannot target a consumer; allowed: {', '.join(CONSUMER_FAULT_KINDS)}")
+            idx = target.split(":", 1)[1]
+            if not idx.isdigit() or int(idx) >= cons["count"]:
+                fail(f"{where}.target", f"{target!r}: consumers are consumer:0..consumer:{cons['count'] - 1}")
+            continue
+        try:
+            FaultSpec(f["kind"], target, f.get("params", {})).validate(where)
+        except FaultError as e:
+            raise ScenarioError(f"{source}: {e}") from None
+        for prefix in ("node:", "nodes:"):
+            if target.startswith(prefix):
+                for nid in target[len(prefix):].split(","):
+                    if int(nid) not in node_ids:
+                        fail(f"{where}.target", f"node {nid} does not exist; nodes are {node_ids}")
+
+
+def load(path: str | Path) -> Scenario:
+    """Load and validate a scenario file."""
+    path = Path(path)
+    if not path.exists():
+        raise ScenarioError(f"{path}: no such scenario file")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
+    data = validate_document(doc, str(path))
+    return Scenario(name=data["name"], path=str(path), data=data)
+
+
+def load_catalog(directory: str | Path, tag: str | None = None) -> list[Scenario]:
+    """Every scenario in a directory (optionally only those with `tag`), validated, sorted by name."""
+    scenarios = [load(p) for p in sorted(Path(directory).glob("*.yaml"))]
+    names = [s.name for s in scenarios]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ScenarioError(f"{directory}: scenario names must be unique; repeated: {', '.join(dupes)}")
+    return [s for s in scenarios if tag is None or tag in s.data["tags"]]
+
+
+def schema_json() -> str:
+    """The JSON Schema of scenario files, as published in `scenarios/scenario.schema.json`."""
+    return json.dumps(SCHEMA, indent=2) + "\n"

@@ -585,6 +585,8 @@ class LocalCluster:
         if p is None:
             raise FaultError(f"topic {topic!r} has no partition {partition}")
         followers = [r for r in p["replicas"] if r != p["leader"]]
+        live = [r for r in followers if self.node_state(r) == "running"]
+        followers = live or followers  # a second fault on "a follower" should hit another one
         if not followers:
             raise FaultError(f"{topic}-{partition} has no follower (replicas {p['replicas']})")
         return (rng or random).choice(followers)

@@ -317,7 +317,7 @@ class ScenarioRun:
         self.scenario = scenario.with_overrides(options.messages, options.kafka_version)
         self.options = options
         self.run_id = new_run_id(scenario.name)
-        self.run_dir = Path(options.out) / self.run_id
+        self.run_dir = Path(options.out).resolve() / self.run_id
         self.work = self.run_dir / "work"
         self.fault_log = self.work / "faults.jsonl"
         self.cluster: LocalCluster | None = None
@@ -465,6 +465,7 @@ class ScenarioRun:
                     break
                 time.sleep(0.2)
             self._show_progress(workers, time.monotonic() - t0, timeline)
+            self._check_producers(workers)
         with self.phase("heal"):
             timeline.stop()
             timeline.heal_everything()
@@ -477,6 +478,15 @@ class ScenarioRun:
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
         sampler.stop()
+
+    def _check_producers(self, workers: Workers) -> None:
+        """A producer that crashed did not send what the scenario says: the run cannot pass."""
+        for i, proc in workers.producers.items():
+            if proc.returncode != 0:
+                log_path = self.work / f"producer-{i}.stderr.log"
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.exists() else []
+                raise KafkaproofError(f"producer {i} exited with code {proc.returncode}: {' | '.join(tail)} "
+                                      f"(full log: {log_path})")
 
     def _wait_consumers_settle(self, workers: Workers, deadline: float) -> None:
         """Let consumers read what is left: until no new reads for settle_s (bounded by drain.timeout_s)."""

@@ -186,6 +186,8 @@ class FakeBroker:
                     await writer.drain()
         except (ConnectionError, KafkaProtocolError) as exc:
             log.debug("fake broker %d connection ended: %s", self.node_id, exc)
+        except asyncio.CancelledError:
+            pass  # loop shutdown: end quietly (asyncio would log a cancelled handler as an error)
         finally:
             self._writers.discard(writer)
             writer.close()

@@ -34,6 +34,7 @@ from typing import Any
 from . import protocol as kp
 from .errors import KafkaProtocolError, ProxyError, RuleError, UnsupportedVersion
 from .events import EventSink, JsonlEventSink, stamp
+from .stream import SLOT_DROP, SLOT_READY, SLOT_RESET, FrameProtocol, Item, OrderedSender, abort_with_rst
 from .rules import (
     BANDWIDTH, BLACKHOLE, BOTH, ERROR, LATENCY, LOST_ACK, REQUEST, RESET, RESPONSE,
     Pacer, Rule, RuleState, parse_rule,
@@ -50,12 +51,8 @@ KIO_CAPS: Mapping[int, int] = {
 #: broker endpoints (KIP-951) that would send the client around the proxy.
 REWRITE_CAPS: Mapping[int, int] = {kp.PRODUCE: 9, kp.FETCH: 15}
 
-_STREAM_LIMIT = 1 << 20
-_MAX_QUEUED = 1024
 _SETTLE_TIMEOUT_S = 60.0
-_COALESCE_BELOW = 16 * 1024
 
-_PENDING, _READY, _DROP, _RESET = range(4)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -117,188 +114,6 @@ class ListenerStats:
     faults: int = 0
 
 
-class _Item:
-    """One frame (or slot for a frame) in an ordered sender."""
-
-    __slots__ = ("state", "head", "data", "not_before", "pacers", "budgets", "paced", "ctx")
-
-    def __init__(self) -> None:
-        self.state = _PENDING
-        self.head = b""  # a frame's length prefix when kept apart from ``data`` (saves a copy)
-        self.data = b""
-        self.not_before = 0.0
-        self.pacers: tuple[tuple[RuleState, Pacer], ...] = ()
-        self.budgets: tuple[tuple[RuleState, list[int]], ...] = ()
-        self.paced = False
-        self.ctx: _Request | None = None
-
-
-class _Sender:
-    """Writes frames to one stream in submission order, each no earlier than its release time.
-
-    Frames that need no waiting are written synchronously (no task switch); once
-    one frame must wait, a task takes over until the queue is empty again, so
-    later frames can never overtake it.
-    """
-
-    def __init__(self, conn: _Connection, writer: asyncio.StreamWriter, direction: str) -> None:
-        self._conn = conn
-        self._writer = writer
-        self.direction = direction
-        self._items: collections.deque[_Item] = collections.deque()
-        self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-        self._space = asyncio.Event()
-        self._clock = conn.proxy.now
-        self._loop = asyncio.get_running_loop()
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
-
-    def reserve(self, ctx: _Request | None = None) -> _Item:
-        """Claim the next position in the stream; fill it later with :meth:`fill`."""
-        item = _Item()
-        item.ctx = ctx
-        self._items.append(item)
-        return item
-
-    def push(self, data: bytes, not_before: float = 0.0, ctx: _Request | None = None,
-             pacers: tuple = (), budgets: tuple = (), head: bytes = b"") -> None:
-        """Queue a frame (``head`` + ``data``) behind everything already queued."""
-        self.fill(self.reserve(ctx), _READY, data, not_before, pacers, budgets, head)
-
-    def fill(self, item: _Item, state: int, data: bytes = b"", not_before: float = 0.0,
-             pacers: tuple = (), budgets: tuple = (), head: bytes = b"") -> None:
-        """Complete a reserved slot: a frame to write (_READY), nothing (_DROP) or a reset (_RESET)."""
-        item.state, item.head, item.data, item.not_before = state, head, data, not_before
-        item.pacers, item.budgets = pacers, budgets
-        if self._task is not None:
-            self._wake.set()
-        else:
-            self._pump()
-
-    def _pump(self) -> None:
-        now = self._clock()
-        items = self._items
-        while items and not self._conn.closed:
-            item = items[0]
-            if item.state == _PENDING:
-                return
-            if self._wait_for(item, now) > 0:
-                self._task = asyncio.create_task(self._run(), name=f"send-{self.direction}-{self._conn.id}")
-                return
-            items.popleft()
-            self._emit(item)
-
-    def _wait_for(self, item: _Item, now: float) -> float:
-        if item.pacers and not item.paced:
-            item.paced = True
-            release = max(now, item.not_before)
-            for state, pacer in item.pacers:
-                start = pacer.reserve(len(item.head) + len(item.data), release)
-                if start > release:
-                    self._conn.event("fault", item.ctx, state, phase="throttled",
-                                     detail={"direction": self.direction,
-                                             "bytes": len(item.head) + len(item.data),
-                                             "delay_ms": round((start - now) * 1000, 3)})
-                release = start
-            item.not_before = release
-        return item.not_before - now
-
-    async def _run(self) -> None:
-        try:
-            items = self._items
-            while items and not self._conn.closed:
-                item = items[0]
-                if item.state == _PENDING:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                delay = self._wait_for(item, self._clock())
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                items.popleft()
-                self._emit(item)
-                if len(items) <= _MAX_QUEUED:
-                    self._space.set()
-                await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            self._conn.close(f"{self.direction} write failed: {exc}")
-        finally:
-            self._task = None
-            self._space.set()
-
-    def _emit(self, item: _Item) -> None:
-        if item.state == _READY:
-            if not item.budgets:
-                self._write(item.data, item.head)
-                return
-            data = item.head + item.data
-            for state, remaining in item.budgets:
-                if len(data) >= remaining[0] and state.fire():
-                    cut = remaining[0]
-                    self._write(data[:cut])
-                    self._conn.event("fault", item.ctx, state, phase="connection_reset",
-                                     detail={"direction": self.direction, "after_bytes": state.rule.after_bytes,
-                                             "frame_bytes": len(data), "bytes_written": cut})
-                    self._conn.close(f"reset by rule {state.rule.id}", rst=True)
-                    return
-                remaining[0] -= len(data)
-            self._write(data)
-        elif item.state == _RESET:
-            self._conn.close("reset by lost_ack rule", rst=True)
-
-    def _write(self, data: bytes, head: bytes = b"") -> None:
-        # Small frames written in one event-loop pass (pipelined requests, a burst of
-        # responses) go out in one send instead of one syscall each; large frames go
-        # out at once, prefix and body as two buffers (one writev with uvloop).
-        size = len(head) + len(data)
-        self._conn.count_bytes(self.direction, size)
-        if size >= _COALESCE_BELOW:
-            if self._out:
-                self.flush()
-            if head:
-                self._writer.writelines((head, data))
-            else:
-                self._writer.write(data)
-            return
-        if head:
-            self._out.append(head)
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Hand the frames written so far to the transport."""
-        self._flush_scheduled = False
-        out = self._out
-        if not out or self._writer.transport.is_closing():
-            out.clear()
-            return
-        self._writer.write(out[0] if len(out) == 1 else b"".join(out))
-        out.clear()
-
-    async def backpressure(self) -> None:
-        """Block the producer side while the stream cannot take more."""
-        if self._task is None:
-            await self._writer.drain()
-        elif len(self._items) > _MAX_QUEUED:
-            self._space.clear()
-            await self._space.wait()
-
-    async def settle(self, timeout: float) -> None:
-        """Wait (bounded) until every frame that can still be written has been written."""
-        deadline = self._clock() + timeout
-        while (self._items and self._items[0].state != _PENDING and not self._conn.closed
-               and self._clock() < deadline):
-            await asyncio.sleep(0.01)
-
-    def cancel(self) -> None:
-        """Stop the sender task, if any."""
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
-
-
 @dataclasses.dataclass(slots=True)
 class _Request:
     """What the proxy knows of one request while it is in flight."""
@@ -332,7 +147,7 @@ class _InFlight:
     """A forwarded request awaiting its broker response."""
 
     ctx: _Request
-    slot: _Item
+    slot: Item
     special: bool
     fault: RuleState | None = None
     replacement: bytes | None = None
@@ -358,53 +173,91 @@ class _Plan:
 class _Connection:
     """One client connection and its upstream connection."""
 
-    def __init__(self, listener: _Listener, conn_id: int,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, listener: _Listener, conn_id: int, client: FrameProtocol) -> None:
         self.listener = listener
         self.proxy = listener.proxy
         self.id = conn_id
-        self.client_reader, self.client_writer = reader, writer
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.client_side = client
+        self.upstream_side: FrameProtocol | None = None
+        assert client.transport is not None
+        peer = client.transport.get_extra_info("peername") or ("?", 0)
         self.client = format_hostport(str(peer[0]), int(peer[1]))
-        self.upstream_writer: asyncio.StreamWriter | None = None
-        self.up: _Sender | None = None
-        self.down = _Sender(self, writer, RESPONSE)
+        self.up: OrderedSender | None = None
+        self.down: OrderedSender | None = None
         self.pending: collections.deque[_InFlight] = collections.deque()
         self.blackhole: RuleState | None = None
         self.budgets: dict[tuple[str, str], list[int]] = {}
         self.closed = False
         self.close_reason = ""
         self.requests = 0
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.now = self.proxy.now
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def run(self) -> None:
-        """Connect upstream, then pump both directions until either side ends."""
+    def start(self) -> None:
+        """Hold the client until the upstream connection is up, then let frames flow."""
+        client = self.client_side
+        client.pause("connecting")
+        client.on_frame = self.on_request
+        client.on_lost = self._client_lost
+        self._spawn(self._connect(), "connect")
+
+    def _spawn(self, coro: Any, what: str) -> None:
+        task = asyncio.create_task(coro, name=f"{what}-{self.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self) -> None:
         host, port = self.listener.route.upstream
+        loop = asyncio.get_running_loop()
+        upstream = FrameProtocol(f"upstream-{self.id}")
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=_STREAM_LIMIT), self.proxy.connect_timeout)
+            await asyncio.wait_for(loop.create_connection(lambda: upstream, host, port), self.proxy.connect_timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             self.event("upstream_unreachable", detail={"error": repr(exc)})
             self.closed = True
-            self.client_writer.transport.abort()
+            self.close_reason = "upstream unreachable"
+            self.client_side.detach()
+            if self.client_side.transport is not None:
+                self.client_side.transport.abort()
+            self.listener.connections.discard(self)
             return
-        _nodelay(writer)
-        _nodelay(self.client_writer)
-        self.upstream_writer = writer
-        self.up = _Sender(self, writer, REQUEST)
+        if self.closed:  # the client left while we were connecting
+            upstream.detach()
+            if upstream.transport is not None:
+                upstream.transport.close()
+            return
+        self.upstream_side = upstream
+        upstream.on_frame = self.on_response
+        upstream.on_lost = self._upstream_lost
+        self.up = OrderedSender(self, upstream, self.client_side, REQUEST)
+        self.down = OrderedSender(self, self.client_side, upstream, RESPONSE)
         self.event("conn_open")
-        responses = asyncio.create_task(self._pump_responses(reader), name=f"responses-{self.id}")
-        self._tasks.append(responses)
-        try:
-            await self._pump_requests()
-        except asyncio.CancelledError:
-            self.close("proxy stopping")
-            raise
-        finally:
-            if not self.closed:
-                self.close(self.close_reason or "client closed")
+        self.client_side.resume("connecting")
+
+    def _client_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, KafkaProtocolError):
+            self.event("protocol_error", detail={"direction": REQUEST, "error": str(exc)})
+            self.close(f"bad request: {exc}")
+        elif self.up is None or self.up.idle():
+            self.close(_lost_reason("client", exc))
+        else:
+            # Requests still queued (latency, bandwidth) were on the wire: deliver them.
+            self._spawn(self._finish(self.up, _lost_reason("client", exc)), "finish")
+
+    def _upstream_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, KafkaProtocolError):
+            self.event("protocol_error", detail={"direction": RESPONSE, "error": str(exc)})
+            self.close(f"bad response: {exc}")
+        elif self.down is None or self.down.idle():
+            self.close(_lost_reason("broker", exc))
+        else:
+            self._spawn(self._finish(self.down, _lost_reason("broker", exc)), "finish")
+
+    async def _finish(self, sender: OrderedSender, reason: str) -> None:
+        await sender.settle(_SETTLE_TIMEOUT_S)
+        self.close(reason)
 
     def close(self, reason: str, rst: bool = False) -> None:
         """Close both sides (with RST when ``rst``); idempotent."""
@@ -415,56 +268,22 @@ class _Connection:
         for sender in (self.up, self.down):
             if sender is not None:
                 sender.flush()
-        for writer in (self.client_writer, self.upstream_writer):
-            if writer is None:
-                continue
-            if rst:
-                _abort_with_rst(writer)
-            else:
-                writer.close()
-        for sender in (self.up, self.down):
-            if sender is not None:
                 sender.cancel()
+        for side in (self.client_side, self.upstream_side):
+            if side is None:
+                continue
+            side.detach()
+            if rst:
+                abort_with_rst(side.transport)
+            elif side.transport is not None:
+                side.transport.close()
         current = asyncio.current_task()
-        for task in self._tasks:
+        for task in list(self._tasks):
             if task is not current:
                 task.cancel()
+        self.listener.connections.discard(self)
         self.event("conn_close", detail={"reason": reason, "rst": rst, "requests": self.requests,
                                          "in_flight": len(self.pending)})
-
-    async def _pump_requests(self) -> None:
-        assert self.up is not None
-        reader = self.client_reader
-        try:
-            while not self.closed:
-                frame = await _read_frame(reader)
-                if frame is None:
-                    await self.up.settle(_SETTLE_TIMEOUT_S)
-                    self.close("client closed")
-                    return
-                self.on_request(*frame)
-                await self.up.backpressure()
-        except (KafkaProtocolError, UnsupportedVersion) as exc:
-            self.event("protocol_error", detail={"direction": REQUEST, "error": str(exc)})
-            self.close(f"bad request: {exc}")
-        except (ConnectionError, OSError) as exc:
-            self.close(f"client connection failed: {exc!r}")
-
-    async def _pump_responses(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while not self.closed:
-                frame = await _read_frame(reader)
-                if frame is None:
-                    await self.down.settle(_SETTLE_TIMEOUT_S)
-                    self.close("broker closed")
-                    return
-                await self.on_response(*frame)
-                await self.down.backpressure()
-        except (KafkaProtocolError, UnsupportedVersion) as exc:
-            self.event("protocol_error", detail={"direction": RESPONSE, "error": str(exc)})
-            self.close(f"bad response: {exc}")
-        except (ConnectionError, OSError) as exc:
-            self.close(f"broker connection failed: {exc!r}")
 
     # ----------------------------------------------------------------- requests
 
@@ -495,7 +314,7 @@ class _Connection:
 
     def _forward(self, ctx: _Request, plan: _Plan | None = None,
                  fault: RuleState | None = None, replacement: bytes | None = None) -> None:
-        assert self.up is not None
+        assert self.up is not None and self.down is not None
         if ctx.expects_response:
             inflight = _InFlight(ctx, self.down.reserve(ctx), ctx.header.api_key in _SPECIAL_APIS, fault, replacement)
             if plan is not None:
@@ -595,15 +414,17 @@ class _Connection:
             self.event("fault", ctx, state, phase="request_dropped", detail={**detail, "acks": 0})
             return True
         self.event("fault", ctx, state, phase="answered_without_forwarding", detail=detail)
+        assert self.down is not None
         slot = self.down.reserve(ctx)
         not_before = self.proxy.now() + plan.response_delay if plan.response_delay else 0.0
-        self.down.fill(slot, _READY, reply, not_before, tuple(plan.response_pacers), tuple(plan.response_budgets))
+        self.down.fill(slot, SLOT_READY, reply, not_before, tuple(plan.response_pacers), tuple(plan.response_budgets))
         return True
 
     # ----------------------------------------------------------------- responses
 
-    async def on_response(self, head: bytes, frame: bytes) -> None:
+    def on_response(self, head: bytes, frame: bytes) -> None:
         """Handle one broker response frame: match it to its request, rewrite/drop/replace, queue it."""
+        assert self.down is not None
         correlation_id = kp.response_correlation_id(frame)
         if not self.pending or self.pending[0].ctx.header.correlation_id != correlation_id:
             expected = self.pending[0].ctx.header.correlation_id if self.pending else None
@@ -619,7 +440,7 @@ class _Connection:
         state = inflight.fault
         not_before = self.proxy.now() + inflight.response_delay if inflight.response_delay else 0.0
         if state is None:
-            self.down.fill(inflight.slot, _READY, data, not_before,
+            self.down.fill(inflight.slot, SLOT_READY, data, not_before,
                            inflight.response_pacers, inflight.response_budgets, head)
             return
         detail: dict[str, Any] = {"response_bytes": len(frame) + 4}
@@ -629,11 +450,11 @@ class _Connection:
         if state.rule.action == LOST_ACK:
             detail["reset"] = state.rule.reset
             self.event("fault", inflight.ctx, state, phase="response_dropped", detail=detail)
-            self.down.fill(inflight.slot, _RESET if state.rule.reset else _DROP, b"", not_before)
+            self.down.fill(inflight.slot, SLOT_RESET if state.rule.reset else SLOT_DROP, b"", not_before)
         else:
             detail["error_code"] = state.rule.error
             self.event("fault", inflight.ctx, state, phase="response_replaced", detail=detail)
-            self.down.fill(inflight.slot, _READY, inflight.replacement or head + data, not_before,
+            self.down.fill(inflight.slot, SLOT_READY, inflight.replacement or head + data, not_before,
                            inflight.response_pacers, inflight.response_budgets)
 
     def _produce_results(self, header: kp.RequestHeader, frame: bytes) -> list[dict[str, Any]] | None:
@@ -693,40 +514,8 @@ def _error_name(code: int | None) -> str:
         return f"UNKNOWN_{code}"
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes] | None:
-    """Next (length prefix, frame), or None on a clean end of stream between frames."""
-    try:
-        head = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise KafkaProtocolError("stream ended inside a frame length") from None
-    size = int.from_bytes(head, "big", signed=True)
-    if size < 0 or size > kp.MAX_FRAME_BYTES:
-        raise KafkaProtocolError(f"frame length {size} is out of range (not Kafka, or TLS?)")
-    try:
-        return head, await reader.readexactly(size)
-    except asyncio.IncompleteReadError as exc:
-        raise KafkaProtocolError(f"stream ended inside a {size}-byte frame after {len(exc.partial)} bytes") from None
-
-
-def _nodelay(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
-
-
-def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
-    writer.transport.abort()
+def _lost_reason(side: str, exc: Exception | None) -> str:
+    return f"{side} closed" if exc is None else f"{side} connection failed: {exc!r}"
 
 
 class _Listener:
@@ -751,7 +540,8 @@ class _Listener:
     async def start(self, advertise_host: str | None) -> None:
         """Bind the listen socket (port 0 picks a free port)."""
         host, port = self.route.listen
-        self.server = await asyncio.start_server(self._accept, host, port, limit=_STREAM_LIMIT)
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(self._protocol, host, port)
         sockname = self.server.sockets[0].getsockname()
         self.bound = (host, int(sockname[1]))
         if self.route.advertise is None:
@@ -777,14 +567,16 @@ class _Listener:
             return True
         return bool(_resolve(host) & self._upstream_ips)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Connection(self, next(self.proxy.conn_ids), reader, writer)
+    def _protocol(self) -> FrameProtocol:
+        protocol = FrameProtocol(f"client-{self.name}")
+        protocol.on_made = self._accept
+        return protocol
+
+    def _accept(self, protocol: FrameProtocol) -> None:
+        conn = _Connection(self, next(self.proxy.conn_ids), protocol)
         self.connections.add(conn)
         self.stats.connections_total += 1
-        try:
-            await conn.run()
-        finally:
-            self.connections.discard(conn)
+        conn.start()
 
 
 _RESOLVED: dict[str, frozenset[str]] = {}

@@ -1,0 +1,426 @@
+"""Golden histories: small hand-built ledgers with exactly known anomalies.
+
+Each builder returns a `Golden`: the ledger rows plus the verdict the analysis and
+validation must reach. `write(run_dir)` lays it out as a run directory with
+`kafkaproof.ledger.write_table` / `write_manifest`, so the analysis job reads it
+exactly as it reads a real run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kafkaproof.ledger import TABLES, make_value_id, write_manifest, write_table
+
+T0_NS = 5_000_000_000_000  # monotonic origin of every golden run
+WALL0_NS = 1_790_000_000_000_000_000
+MS = 1_000_000
+
+
+def ns(ms: float) -> int:
+    """Monotonic ns of `ms` milliseconds after the golden run start."""
+    return T0_NS + int(round(ms * MS))
+
+
+@dataclass
+class Golden:
+    """A hand-built run and what must be concluded from it."""
+
+    name: str
+    guarantee: str = "at-least-once"
+    expect: dict[str, Any] = field(default_factory=lambda: {"outcome": "pass", "detect": []})
+    counts: dict[str, int] = field(default_factory=dict)       # non-zero anomaly counts, exactly
+    value_ids: dict[str, list[int]] = field(default_factory=dict)  # sorted value ids per kind, exactly
+    status: str = "pass"             # validate() status with the manifest's guarantee/expect
+    manifest_status: str = "complete"
+    producers: list[dict[str, Any]] = field(default_factory=lambda: [{"acks": "all"}])
+    consumers: list[dict[str, Any]] = field(default_factory=list)
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
+    _next_offset: dict[int, int] = field(default_factory=dict)
+    _poll: dict[int, int] = field(default_factory=dict)
+
+    # ---- building blocks
+    def send(self, producer: int, seq: int, t_ms: float, *, partition: int = 0, outcome: str = "ok",
+             offset: int | None = None, latency_ms: float = 5.0, key: str | None = None,
+             txn_id: int | None = None, txn_outcome: str | None = None, error: str | None = None,
+             delay_ms: float = 0.0) -> int:
+        """Record one send; returns its value id."""
+        vid = make_value_id(producer, seq)
+        self.rows["sends"].append({
+            "value_id": vid, "producer": producer, "producer_pid": 1000 + producer, "seq": seq, "key": key,
+            "partition": partition, "intended_ns": ns(t_ms - delay_ms), "send_ns": ns(t_ms),
+            "complete_ns": ns(t_ms + latency_ms), "outcome": outcome,
+            "offset": offset if outcome == "ok" else None,
+            "error_code": None if outcome == "ok" else 7, "error_name": error or (None if outcome == "ok" else "_MSG_TIMED_OUT"),
+            "txn_id": txn_id, "txn_outcome": txn_outcome,
+        })
+        return vid
+
+    def log(self, partition: int, offset: int, value_id: int, *, committed: bool = True) -> None:
+        """Put a record in the final log (read_uncommitted, and read_committed unless aborted)."""
+        isolations = ["read_uncommitted"] + (["read_committed"] if committed else [])
+        for iso in isolations:
+            self.rows["audit"].append({"isolation": iso, "partition": partition, "offset": offset, "key": None,
+                                       "value_id": value_id, "timestamp_ms": 0})
+        self._next_offset[partition] = max(self._next_offset.get(partition, 0), offset + 1)
+
+    def acked(self, producer: int, seq: int, t_ms: float, *, partition: int = 0, offset: int | None = None,
+              log: bool = True, **kw: Any) -> int:
+        """An acked send written to the log at the next (or given) offset."""
+        offset = self._next_offset.get(partition, 0) if offset is None else offset
+        vid = self.send(producer, seq, t_ms, partition=partition, offset=offset, **kw)
+        if log:
+            self.log(partition, offset, vid)
+        return vid
+
+    def read(self, consumer: int, partition: int, offset: int, value_id: int, t_ms: float, *,
+             pid: int | None = None, incarnation: int = 0, new_poll: bool = True) -> None:
+        """One record returned by a consumer poll."""
+        pid = 2000 + consumer if pid is None else pid
+        if new_poll:
+            self._poll[pid] = self._poll.get(pid, -1) + 1
+        self.rows["reads"].append({
+            "consumer": consumer, "consumer_pid": pid, "incarnation": incarnation, "generation": 1,
+            "partition": partition, "offset": offset, "key": None, "value_id": value_id, "read_ns": ns(t_ms),
+            "poll_id": self._poll.get(pid, 0)})
+
+    def event(self, consumer: int, event: str, t_ms: float, partitions: list[int] | None = None, *,
+              pid: int | None = None, incarnation: int = 0) -> None:
+        """A consumer lifecycle/rebalance event."""
+        self.rows["consumer_events"].append({
+            "consumer": consumer, "consumer_pid": 2000 + consumer if pid is None else pid, "incarnation": incarnation,
+            "ts_ns": ns(t_ms), "event": event, "partitions": partitions, "offsets": None, "success": None,
+            "error": None})
+
+    def fault(self, fault_id: str, kind: str, start_ms: float, heal_ms: float | None, target: str = "leader:0") -> None:
+        """An injected fault window."""
+        self.rows["faults"].append({
+            "fault_id": fault_id, "kind": kind, "target": target, "nodes": [0], "params": "{}",
+            "start_ns": ns(start_ms), "heal_ns": None if heal_ms is None else ns(heal_ms),
+            "start_wall": "2026-01-01T00:00:00Z", "heal_wall": None})
+
+    def read_all(self, consumer: int, partition: int, t_ms: float, **kw: Any) -> None:
+        """The consumer reads, in order, every read_committed record of a partition."""
+        recs = sorted((r["offset"], r["value_id"]) for r in self.rows["audit"]
+                      if r["partition"] == partition and r["isolation"] == "read_committed")
+        for i, (o, v) in enumerate(recs):
+            self.read(consumer, partition, o, v, t_ms + i, **kw)
+
+    # ---- output
+    def manifest(self) -> dict[str, Any]:
+        """The run's manifest.json, audit watermarks derived from the log."""
+        parts: dict[str, dict[str, Any]] = {}
+        all_parts = ({r["partition"] for r in self.rows["audit"]} | {r["partition"] for r in self.rows["sends"]
+                                                                   if r["partition"] >= 0})
+        for p in sorted(all_parts):
+            offs = [r["offset"] for r in self.rows["audit"] if r["partition"] == p]
+            info = {"low": min(offs, default=0), "high": max(offs, default=-1) + 1, "complete": True}
+            info.update(self.partition_overrides.get(p, {}))
+            parts[str(p)] = info
+        return {
+            "run_id": f"golden-{self.name}",
+            "status": self.manifest_status,
+            "scenario": {"name": self.name, "guarantee": self.guarantee, "expect": self.expect,
+                         "producers": self.producers, "consumers": self.consumers},
+            "clock": {"monotonic_origin_ns": T0_NS, "wall_origin_ns": WALL0_NS},
+            "audit": {"partitions": parts},
+            "counts": {t: len(r) for t, r in self.rows.items()},
+        }
+
+    def write(self, run_dir: Path) -> Path:
+        """Write the ledger tables and manifest into `run_dir`."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for table, rows in self.rows.items():
+            write_table(run_dir, table, rows)
+        write_manifest(run_dir, self.manifest())
+        return run_dir
+
+
+# --------------------------------------------------------------------------- goldens
+
+def clean() -> Golden:
+    """One producer through a 2 s outage (failed/indefinite sends), one consumer reading everything.
+
+    Numbers the metrics test relies on: 60 sends every 100 ms from t=0; those sent in
+    [2 s, 4 s) fail 500 ms later (one is indefinite); acks take 5 ms except the one sent
+    at 5 s (50 ms); fault `f1` (kill) from 2 s to 4 s.
+    """
+    g = Golden("clean", guarantee="exactly-once", consumers=[{"group": "g", "isolation_level": "read_committed"}])
+    g.fault("f1", "kill", 2000, 4000)
+    g.event(0, "start", 0)
+    g.event(0, "assign", 0, [0])
+    for seq in range(60):
+        t = seq * 100
+        if 2000 <= t < 4000:
+            outcome = "indefinite" if t == 3900 else "fail"
+            g.send(0, seq, t, outcome=outcome, latency_ms=500)
+        else:
+            vid = g.acked(0, seq, t, latency_ms=50 if t == 5000 else 5)
+            g.read(0, 0, g._next_offset[0] - 1, vid, t + 60)
+    return g
+
+
+def clean_txn() -> Golden:
+    """Transactions: committed and aborted batches, markers leave offset gaps; nothing wrong."""
+    g = Golden("clean_txn", guarantee="exactly-once",
+               consumers=[{"group": "rc", "isolation_level": "read_committed"},
+                          {"group": "ru", "isolation_level": "read_uncommitted"}])
+    # txn 0 committed at offsets 0,1 (marker 2); txn 1 aborted at 3,4 (marker 5); txn 2 committed at 6,7 (marker 8)
+    layout = [(0, "commit", [0, 1]), (1, "abort", [3, 4]), (2, "commit", [6, 7])]
+    seq = 0
+    for txn, outcome, offsets in layout:
+        for o in offsets:
+            vid = g.send(0, seq, 10 * seq, offset=o, txn_id=txn, txn_outcome=outcome)
+            g.log(0, o, vid, committed=outcome == "commit")
+            seq += 1
+    g.partition_overrides[0] = {"high": 9}  # the last control marker is offset 8
+    for c in (0, 1):
+        g.event(c, "assign", 0, [0])
+    g.read_all(0, 0, 500)
+    recs = sorted((r["offset"], r["value_id"]) for r in g.rows["audit"] if r["isolation"] == "read_uncommitted")
+    for i, (o, v) in enumerate(recs):
+        g.read(1, 0, o, v, 600 + i)
+    return g
+
+
+def lost() -> Golden:
+    """Unclean election: X acked at p0/2 is gone and Y (acked later) took offset 2."""
+    g = Golden("lost", counts={"lost": 1, "ack_offset_mismatch": 1, "inconsistent_offsets": 1}, status="fail")
+    g.acked(0, 0, 0)
+    g.acked(0, 1, 10)
+    x = g.send(0, 2, 20, offset=2)        # acked, then truncated away
+    g.fault("f1", "kill", 25, 100)
+    g.acked(0, 3, 200, offset=2)          # Y re-uses offset 2
+    g.acked(0, 4, 210)
+    g.value_ids = {"lost": [x], "ack_offset_mismatch": [x], "inconsistent_offsets": [x]}
+    return g
+
+
+def lost_detected() -> Golden:
+    """The `lost` history as a negative control expecting `lost`: passes."""
+    g = lost()
+    g.name, g.expect, g.status = "lost_detected", {"outcome": "detect", "detect": ["lost"]}, "pass"
+    return g
+
+
+def detect_missing() -> Golden:
+    """A negative control expecting `lost` on a clean history: fails."""
+    g = Golden("detect_missing", expect={"outcome": "detect", "detect": ["lost"]}, status="fail")
+    for seq in range(5):
+        g.acked(0, seq, seq * 10)
+    return g
+
+
+def lost_unconfirmed() -> Golden:
+    """acks=0: 'ok' without a broker ack, absent from the log: at-most-once tolerates it."""
+    g = Golden("lost_unconfirmed", guarantee="at-most-once", producers=[{"acks": 0}],
+               counts={"lost_unconfirmed": 1}, status="pass")
+    a = g.send(0, 0, 0, offset=None)
+    g.log(0, 0, a)
+    x = g.send(0, 1, 10, offset=None)
+    b = g.send(0, 2, 20, offset=None)
+    g.log(0, 1, b)
+    g.value_ids = {"lost_unconfirmed": [x]}
+    return g
+
+
+def unseen() -> Golden:
+    """Drain of p1 incomplete, and an ack beyond p0's high watermark: incomplete run (error)."""
+    g = Golden("unseen", counts={"unseen": 2}, status="error")
+    g.acked(0, 0, 0, partition=0)
+    g.acked(0, 1, 10, partition=0)
+    beyond = g.send(0, 2, 20, partition=0, offset=5)
+    g.acked(0, 3, 30, partition=1)
+    hidden = g.acked(0, 4, 40, partition=1, log=False)
+    g.partition_overrides[1] = {"complete": False, "high": 2}
+    g.value_ids = {"unseen": sorted([beyond, hidden])}
+    return g
+
+
+def not_delivered() -> Golden:
+    """The consumer never reads the last record (committed before processing, then crashed)."""
+    g = Golden("not_delivered", consumers=[{"group": "g"}], counts={"not_delivered": 1}, status="fail")
+    g.event(0, "assign", 0, [0])
+    vids = [g.acked(0, s, s * 10) for s in range(4)]
+    for o, v in enumerate(vids[:3]):
+        g.read(0, 0, o, v, 100 + o)
+    g.value_ids = {"not_delivered": [vids[3]]}
+    return g
+
+
+def duplicates() -> Golden:
+    """A retried send landed twice (offsets 1 and 2); the consumer reads both copies."""
+    g = Golden("duplicates", guarantee="exactly-once", consumers=[{"group": "g"}],
+               counts={"duplicates": 1}, status="fail")
+    g.event(0, "assign", 0, [0])
+    g.acked(0, 0, 0)
+    d = g.send(0, 1, 10, offset=2)
+    g.log(0, 1, d)
+    g.log(0, 2, d)
+    g.acked(0, 2, 20)
+    g.read_all(0, 0, 100)
+    g.value_ids = {"duplicates": [d]}
+    return g
+
+
+def duplicates_allowed() -> Golden:
+    """The same history under at-least-once: duplicates are allowed, so it passes."""
+    g = duplicates()
+    g.name, g.guarantee, g.status = "duplicates_allowed", "at-least-once", "pass"
+    return g
+
+
+def redeliveries() -> Golden:
+    """A consumer crashes after reading 0..3 and committing 2; its successor re-reads 2..5."""
+    g = Golden("redeliveries", guarantee="exactly-once", consumers=[{"group": "g"}],
+               counts={"redeliveries": 2}, status="fail")
+    vids = [g.acked(0, s, s * 10) for s in range(6)]
+    g.event(0, "assign", 100, [0], pid=3000)
+    for o in range(4):
+        g.read(0, 0, o, vids[o], 110 + o, pid=3000)
+    g.event(0, "crash", 120, pid=3000)
+    g.event(0, "assign", 200, [0], pid=3001, incarnation=1)
+    for o in range(2, 6):
+        g.read(0, 0, o, vids[o], 210 + o, pid=3001, incarnation=1)
+    g.value_ids = {"redeliveries": [vids[2], vids[3]]}
+    return g
+
+
+def aborted_reads() -> Golden:
+    """A definitely failed send is in the committed log; an aborted txn value is read read_committed."""
+    g = Golden("aborted_reads", guarantee="exactly-once",
+               consumers=[{"group": "g", "isolation_level": "read_committed"}],
+               counts={"aborted_reads": 2}, status="fail")
+    a = g.send(0, 0, 0, offset=0, txn_id=0, txn_outcome="commit")
+    g.log(0, 0, a)
+    failed = g.send(0, 1, 10, outcome="fail", txn_id=0, txn_outcome="commit", error="NOT_ENOUGH_REPLICAS")
+    g.log(0, 1, failed)
+    aborted = g.send(0, 2, 20, offset=2, txn_id=1, txn_outcome="abort")
+    g.log(0, 2, aborted, committed=False)
+    g.event(0, "assign", 0, [0])
+    g.read(0, 0, 0, a, 100)
+    g.read(0, 0, 1, failed, 101, new_poll=False)
+    g.read(0, 0, 2, aborted, 102, new_poll=False)   # isolation broken
+    g.value_ids = {"aborted_reads": sorted([failed, aborted])}
+    return g
+
+
+def indefinite_landed() -> Golden:
+    """A timed-out send that did land: informational, passes under every guarantee."""
+    g = Golden("indefinite_landed", guarantee="exactly-once", counts={"indefinite_landed": 1}, status="pass")
+    g.acked(0, 0, 0)
+    i = g.send(0, 1, 10, outcome="indefinite")
+    g.log(0, 1, i)
+    g.acked(0, 2, 20)
+    g.value_ids = {"indefinite_landed": [i]}
+    return g
+
+
+def inconsistent_offsets() -> Golden:
+    """Two different values acked at p0/1; the log holds Y there and X elsewhere."""
+    g = Golden("inconsistent_offsets", counts={"inconsistent_offsets": 1, "ack_offset_mismatch": 1}, status="fail")
+    g.acked(0, 0, 0)
+    x = g.send(0, 1, 10, offset=1)
+    y = g.acked(1, 0, 15, offset=1)
+    g.log(0, 2, x)
+    g.value_ids = {"inconsistent_offsets": [x], "ack_offset_mismatch": [x]}
+    return g
+
+
+def ack_offset_mismatch() -> Golden:
+    """X acked at p0/1 where the log has no record (though it continues); X sits at offset 3."""
+    g = Golden("ack_offset_mismatch", counts={"ack_offset_mismatch": 1}, status="fail")
+    g.acked(0, 0, 0)
+    x = g.send(0, 1, 10, offset=1)
+    g.acked(1, 0, 20, offset=2)
+    g.log(0, 3, x)
+    g.value_ids = {"ack_offset_mismatch": [x]}
+    return g
+
+
+def reordering() -> Golden:
+    """Retries reorder a producer's values: seq 3 lands before seq 2."""
+    g = Golden("reordering", guarantee="exactly-once", counts={"reordering": 1}, status="fail")
+    vids = {}
+    for seq, off in zip(range(5), [0, 1, 3, 2, 4]):
+        vids[seq] = g.acked(0, seq, seq * 10, offset=off)
+    g.value_ids = {"reordering": [vids[3]]}
+    return g
+
+
+def reordering_allowed() -> Golden:
+    """The same history under at-least-once: ordering is not promised, passes."""
+    g = reordering()
+    g.name, g.guarantee, g.status = "reordering_allowed", "at-least-once", "pass"
+    return g
+
+
+def poll_skips() -> Golden:
+    """p1: consumer 0 jumps 1 -> 4 with no rebalance (2, 3 exist). p0: a jump excused by a rebalance."""
+    g = Golden("poll_skips", consumers=[{"group": "g"}, {"group": "g"}], counts={"poll_skips": 1}, status="fail")
+    p0 = [g.acked(0, s, s, partition=0) for s in range(7)]
+    p1 = [g.acked(1, s, s, partition=1) for s in range(6)]
+    g.event(0, "assign", 0, [0, 1])
+    g.event(1, "assign", 0, [])
+    for o in (0, 1):
+        g.read(0, 1, o, p1[o], 10 + o)
+    for o in (4, 5):
+        g.read(0, 1, o, p1[o], 10 + o)        # skipped 2, 3
+    for o in (2, 3):
+        g.read(1, 1, o, p1[o], 30 + o)        # (someone else delivers them)
+    for o in range(3):
+        g.read(0, 0, o, p0[o], 15 + o)
+    g.event(0, "revoke", 20, [0])
+    g.event(0, "assign", 21, [0])
+    for o in (3, 4):
+        g.read(1, 0, o, p0[o], 22 + o)
+    for o in (5, 6):
+        g.read(0, 0, o, p0[o], 25 + o)        # jump 2 -> 5 excused by the rebalance
+    g.value_ids = {"poll_skips": [p1[4]]}
+    return g
+
+
+def poll_rewinds() -> Golden:
+    """One process reads 0..3 then 2..4 with no rebalance in between."""
+    g = Golden("poll_rewinds", guarantee="exactly-once", consumers=[{"group": "g"}],
+               counts={"poll_rewinds": 1, "redeliveries": 2}, status="fail")
+    vids = [g.acked(0, s, s) for s in range(5)]
+    g.event(0, "assign", 0, [0])
+    for o in range(4):
+        g.read(0, 0, o, vids[o], 10 + o)
+    for o in range(2, 5):
+        g.read(0, 0, o, vids[o], 20 + o)
+    g.value_ids = {"poll_rewinds": [vids[2]], "redeliveries": [vids[2], vids[3]]}
+    return g
+
+
+def unknown_values() -> Golden:
+    """A value of this run sits in the log but no producer recorded sending it."""
+    g = Golden("unknown_values", counts={"unknown_values": 1}, status="fail")
+    g.acked(0, 0, 0)
+    ghost = make_value_id(7, 0)
+    g.log(0, 1, ghost)
+    g.acked(0, 1, 10)
+    g.value_ids = {"unknown_values": [ghost]}
+    return g
+
+
+def incomplete_manifest() -> Golden:
+    """A clean history whose manifest says the run was interrupted: error, never pass."""
+    g = detect_missing()
+    g.name, g.expect, g.manifest_status, g.status = "incomplete_manifest", {"outcome": "pass", "detect": []}, "incomplete", "error"
+    return g
+
+
+GOLDENS: dict[str, Callable[[], Golden]] = {f.__name__: f for f in (
+    clean, clean_txn, lost, lost_detected, detect_missing, lost_unconfirmed, unseen, not_delivered, duplicates,
+    duplicates_allowed, redeliveries, aborted_reads, indefinite_landed, inconsistent_offsets, ack_offset_mismatch,
+    reordering, reordering_allowed, poll_skips, poll_rewinds, unknown_values, incomplete_manifest,
+)}
+
+
+def write_all(root: Path) -> dict[str, Path]:
+    """Write every golden run under `root`; returns name -> run dir."""
+    return {name: build().write(root / name) for name, build in GOLDENS.items()}

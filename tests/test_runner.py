@@ -1,0 +1,120 @@
+"""Scenario runs on a real cluster: the ledger must account for every value."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from kafkaproof import ledger, network, state
+from kafkaproof.runner import RunOptions, ScenarioRun
+from kafkaproof.scenario import load
+
+from support import needs_root
+
+pytestmark = pytest.mark.cluster
+
+
+def scenario_file(tmp_path: Path, **overrides) -> Path:
+    doc = {"name": "t-run", "guarantee": "at-least-once",
+           "cluster": {"brokers": 3, "config": {"replica.lag.time.max.ms": 4000, "broker.session.timeout.ms": 6000,
+                                                "broker.heartbeat.interval.ms": 1000}},
+           "topic": {"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
+           "producers": {"rate": 400, "messages": 2000, "start_after_s": 1, "config": {"acks": "all", "enable.idempotence": True}},
+           "consumers": {"count": 1, "commit": "sync"}}
+    doc.update(overrides)
+    path = tmp_path / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def run(path: Path, out: Path):
+    return ScenarioRun(load(path), RunOptions(out=out)).execute()
+
+
+def table(run_dir: Path, name: str):
+    return pq.read_table(ledger.table_path(run_dir, name)).to_pandas()
+
+
+def test_baseline_ledger_accounts_for_every_value(tmp_path):
+    result = run(scenario_file(tmp_path), tmp_path / "runs")
+    assert result.status == "complete", result.error
+    sends, reads, audit = (table(result.run_dir, n) for n in ("sends", "reads", "audit"))
+    assert len(sends) == 2000 and sends["value_id"].is_unique
+    assert set(sends["outcome"]) == {"ok"}
+    assert (sends["complete_ns"] >= sends["send_ns"]).all() and (sends["send_ns"] >= sends["intended_ns"]).all()
+    acked = set(sends["value_id"])
+    for iso in ("read_committed", "read_uncommitted"):
+        log = audit[audit["isolation"] == iso]
+        assert len(log) == 2000 and set(log["value_id"]) == acked, iso
+    assert len(reads) == 2000 and set(reads["value_id"]) == acked
+    # every ack's offset holds that value in the log
+    log = audit[audit["isolation"] == "read_uncommitted"].set_index(["partition", "offset"])["value_id"]
+    assert all(log[(p, o)] == v for p, o, v in zip(sends["partition"], sends["offset"], sends["value_id"]))
+    manifest = ledger.read_manifest(result.run_dir)
+    assert manifest["status"] == "complete" and manifest["counts"]["sends_ok"] == 2000
+    assert manifest["versions"]["kafka"] == manifest["cluster"]["kafka_version"]
+    assert len(table(result.run_dir, "cluster_snapshots")) > 0
+    assert {"provision", "workload", "drain", "teardown"} <= set(manifest["timings"])
+    assert (result.run_dir / "logs" / "node-1.log").exists()
+
+
+@needs_root
+def test_leader_kill_and_consumer_kill_are_recorded_and_healed(tmp_path):
+    path = scenario_file(tmp_path, name="t-faults", faults=[
+        {"at": 3, "kind": "kill", "target": "leader:0", "duration": 3},
+        {"at": 4, "kind": "kill", "target": "consumer:0", "duration": 1}])
+    result = run(path, tmp_path / "runs")
+    assert result.status == "complete", result.error
+    faults = table(result.run_dir, "faults")
+    assert list(faults["kind"]) == ["kill", "kill"]
+    assert faults["heal_ns"].notna().all() and (faults["heal_ns"] > faults["start_ns"]).all()
+    assert faults.iloc[0]["nodes"].tolist() and faults.iloc[1]["target"] == "consumer:0"
+    reads = table(result.run_dir, "reads")
+    assert reads["incarnation"].nunique() == 2 and reads["consumer_pid"].nunique() == 2
+    events = table(result.run_dir, "consumer_events")
+    assert (events["event"] == "start").sum() == 2
+    sends = table(result.run_dir, "sends")
+    audit = table(result.run_dir, "audit")
+    assert set(sends[sends["outcome"] == "ok"]["value_id"]) <= set(audit["value_id"]), "acks=all lost nothing"
+    assert not state.list_clusters() or all(not n.startswith("run-") for n in state.list_clusters())
+
+
+def test_bad_scenario_is_rejected_before_anything_starts(tmp_path):
+    bad = scenario_file(tmp_path, name="t-bad", faults=[{"at": 1, "kind": "kill", "target": "node:9"}])
+    before = set(state.list_clusters())
+    r = subprocess.run([sys.executable, "-m", "kafkaproof", "run", str(bad), "--out", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert f"{bad}: faults[0].target: node 9 does not exist; nodes are [1, 2, 3]" in r.stderr
+    assert set(state.list_clusters()) == before and not (tmp_path / "runs").exists()
+
+
+def test_interrupted_run_tears_down_and_is_incomplete(tmp_path):
+    path = scenario_file(tmp_path, name="t-interrupt", producers={"rate": 100, "duration_s": 120})
+    proc = subprocess.Popen([sys.executable, "-m", "kafkaproof", "run", str(path), "--out", str(tmp_path / "runs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "sent=" in line and "sent=0 " not in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 1, "".join(seen[-20:]) + rest
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete" and "interrupted" in manifest["error"]
+    cluster = manifest["cluster"]["name"]
+    assert cluster not in state.list_clusters()
+    if network.namespaces_supported():
+        assert not [ns for ns in network.list_kafkaproof_namespaces()
+                    if any(ns == n["namespace"] for n in manifest["cluster"]["nodes"])]

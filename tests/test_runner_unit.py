@@ -1,0 +1,67 @@
+"""Ledger assembly and crash-safe streams, without a cluster."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from kafkaproof import ledger
+from kafkaproof.runner import assemble_sends, fault_rows
+from kafkaproof.workload import COMPLETION_STREAM, SEND_STREAM, TXN_STREAM, StreamWriter, read_stream
+
+pytestmark = pytest.mark.unit
+
+
+def test_stream_cut_short_by_a_crash_keeps_complete_batches(tmp_path):
+    path = tmp_path / "s.arrow"
+    w = StreamWriter(path, TXN_STREAM)
+    for i in range(3):
+        w.append(0, i, "commit")
+    w.flush()
+    w.append(0, 3, "abort")
+    w.flush()
+    w.sink.flush()
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # a SIGKILL in the middle of the last write
+    table = read_stream(path, TXN_STREAM)
+    assert table.column("txn_id").to_pylist() == [0, 1, 2]
+    assert read_stream(tmp_path / "missing.arrow", TXN_STREAM).num_rows == 0
+
+
+def _write(path, schema, rows):
+    w = StreamWriter(path, schema)
+    for r in rows:
+        w.append(*r)
+    w.close()
+
+
+def test_assemble_sends_outcomes_and_a_dead_producers_values(tmp_path):
+    vid = [ledger.make_value_id(0, s) for s in range(4)]
+    _write(tmp_path / "producer-0.sends.arrow", SEND_STREAM,
+           [(vid[s], 0, 99, s, "k", 10 + s, 11 + s, None) for s in range(3)])
+    _write(tmp_path / "producer-0.completions.arrow", COMPLETION_STREAM,
+           [(vid[0], 20, 0, 5, None, None), (vid[1], 21, 0, None, 7, "REQUEST_TIMED_OUT")])
+    _write(tmp_path / "producer-0.txns.arrow", TXN_STREAM, [])
+    # vid[3] was never recorded as sent (the producer died) but is in the log.
+    table = assemble_sends(tmp_path, 1, audit_value_ids={vid[0], vid[3]})
+    rows = {r["value_id"]: r for r in table.to_pylist()}
+    assert table.schema == ledger.SENDS
+    assert rows[vid[0]]["outcome"] == "ok" and rows[vid[0]]["offset"] == 5
+    assert rows[vid[1]]["outcome"] == "indefinite" and rows[vid[1]]["error_name"] == "REQUEST_TIMED_OUT"
+    assert rows[vid[2]]["outcome"] == "indefinite" and rows[vid[2]]["complete_ns"] is None  # no ack before the end
+    assert rows[vid[3]]["outcome"] == "indefinite" and rows[vid[3]]["send_ns"] == -1 and rows[vid[3]]["seq"] == 3
+
+
+def test_fault_rows_pair_inject_and_heal(tmp_path):
+    log = tmp_path / "faults.jsonl"
+    events = [{"event": "inject", "fault_id": "a", "kind": "kill", "target": "leader:0", "nodes": [2],
+               "params": {}, "mono_ns": 5, "wall": "w1"},
+              {"event": "heal", "fault_id": "a", "kind": "kill", "target": "leader:0", "nodes": [2],
+               "params": {}, "mono_ns": 9, "wall": "w2"},
+              {"event": "inject", "fault_id": "b", "kind": "pause", "target": "node:1", "nodes": [1],
+               "params": {"x": 1}, "mono_ns": 7, "wall": "w3"}]
+    log.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    rows = fault_rows(log)
+    assert [(r["fault_id"], r["heal_ns"]) for r in rows] == [("a", 9), ("b", None)]
+    assert ledger.write_table(tmp_path, "faults", rows) == 2

@@ -1,0 +1,114 @@
+"""Scenario validation and the pure parts of the workload (no cluster)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kafkaproof import scenario as scenario_mod
+from kafkaproof.errors import ScenarioError
+from kafkaproof.workload import KeyChooser, classify_delivery
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parent.parent
+MINIMAL = {"name": "t", "guarantee": "at-least-once", "producers": {"messages": 10}}
+
+
+def write(tmp_path: Path, doc) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_catalog_is_valid_and_covers_the_seed_experiments():
+    catalog = scenario_mod.load_catalog(REPO / "scenarios")
+    names = {s.name for s in catalog}
+    for required in ("baseline", "e1-two-nodes-no-failover", "e1-three-nodes-failover", "e3-not-enough-replicas",
+                     "e3-broker-down-before-first-send", "e3-broker-down-after-first-send", "e4-unclean-election-on",
+                     "e6-rf1-broker-down", "e6-rf3-min-isr-2", "consumer-crash-commit-before", "transactions-aborts"):
+        assert required in names
+    assert all(s.data["explanation"] for s in catalog), "every catalog scenario explains itself"
+    negatives = {s.name for s in catalog if s.expect["outcome"] == "detect"}
+    assert {"e4-unclean-election-on", "consumer-crash-commit-before"} <= negatives
+    smoke = scenario_mod.load_catalog(REPO / "scenarios", tag="smoke")
+    assert {s.expect["outcome"] for s in smoke} == {"pass", "detect"}
+
+
+def test_published_schema_matches_the_code():
+    assert (REPO / "scenarios" / "scenario.schema.json").read_text() == scenario_mod.schema_json()
+
+
+def test_defaults_are_filled(tmp_path):
+    s = scenario_mod.load(write(tmp_path, MINIMAL))
+    assert s.data["cluster"]["brokers"] == 3 and s.data["topic"]["name"] == "kp-t"
+    assert s.data["consumers"]["group"] == "kp-t"
+    assert s.expect == {"outcome": "pass", "detect": []}
+    assert len(s.hash()) == 16
+
+
+def test_duration_replaces_default_message_count(tmp_path):
+    s = scenario_mod.load(write(tmp_path, {**MINIMAL, "producers": {"duration_s": 5}}))
+    assert "messages" not in s.data["producers"] and s.data["producers"]["duration_s"] == 5
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"guarantee": "maybe-once"}, "guarantee: 'maybe-once' is not allowed; allowed: at-most-once, at-least-once, exactly-once"),
+    ({"producers": {"mesages": 10}}, "producers: unknown field(s) 'mesages'; allowed: bootstrap, config"),
+    ({"faults": [{"at": 1, "kind": "explode", "target": "node:1"}]}, "faults.0.kind: 'explode' is not allowed; allowed: kill"),
+    ({"faults": [{"at": 1, "kind": "kill", "target": "node:7"}]}, "faults[0].target: node 7 does not exist; nodes are [1, 2, 3]"),
+    ({"faults": [{"at": 1, "kind": "kill", "target": "leaderr:0"}]}, "faults[0].target: 'leaderr:0' is not a target"),
+    ({"faults": [{"at": 1, "kind": "packet_loss", "target": "node:1"}]}, "faults[0].params.percent: required"),
+    ({"faults": [{"at": 1, "kind": "isolate", "target": "consumer:0"}]}, "faults[0].kind: 'isolate' cannot target a consumer"),
+    ({"faults": [{"at": 1, "kind": "kill", "target": "consumer:3"}]}, "consumers are consumer:0..consumer:0"),
+    ({"topic": {"replication_factor": 5}}, "topic.replication_factor: 5 is more than the 3 broker(s)"),
+    ({"expect": {"detect": ["gremlins"]}}, "expect"),
+    ({"cluster": {"kafka_version": "2.8.1"}}, "cluster.kafka_version: Kafka version '2.8.1' is not supported"),
+    ({"producers": {"transactions": {"batch": 5}, "config": {"enable.idempotence": False}}}, "transactions need idempotence"),
+])
+def test_errors_name_file_field_and_what_is_allowed(tmp_path, patch, message):
+    path = write(tmp_path, {**MINIMAL, **patch})
+    with pytest.raises(ScenarioError) as e:
+        scenario_mod.load(path)
+    assert str(path) in str(e.value)
+    assert message in str(e.value)
+
+
+def test_not_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(ScenarioError, match="bad.yaml: not valid YAML"):
+        scenario_mod.load(bad)
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        scenario_mod.load(tmp_path / "nope.yaml")
+
+
+def test_overrides(tmp_path):
+    s = scenario_mod.load(write(tmp_path, {**MINIMAL, "producers": {"duration_s": 5}}))
+    o = s.with_overrides(messages=100, kafka_version="3.9.2")
+    assert o.data["producers"]["messages"] == 100 and "duration_s" not in o.data["producers"]
+    assert o.data["cluster"]["kafka_version"] == "3.9.2" and o.hash() != s.hash()
+
+
+@pytest.mark.parametrize("error, partition, outcome", [
+    (None, 0, "ok"),
+    ("_MSG_TIMED_OUT", -1, "fail"),         # never got metadata: never sent
+    ("_MSG_TIMED_OUT", 0, "indefinite"),    # may have been in flight
+    ("NOT_LEADER_OR_FOLLOWER", 0, "indefinite"),
+    ("NOT_ENOUGH_REPLICAS", 0, "indefinite"),
+    ("REQUEST_TIMED_OUT", 0, "indefinite"),
+    ("MSG_SIZE_TOO_LARGE", 0, "fail"),
+    ("_UNKNOWN_TOPIC", -1, "fail"),
+])
+def test_delivery_outcomes(error, partition, outcome):
+    assert classify_delivery(error, partition) == outcome
+
+
+def test_key_distributions():
+    import random
+    rng = random.Random(0)
+    assert KeyChooser("none").choose(1, rng) is None
+    assert KeyChooser("single", key="key").choose(5, rng) == "key"
+    assert KeyChooser("sequential", count=3).choose(4, rng) == "k1"
+    assert {KeyChooser("uniform", count=2).choose(i, rng) for i in range(50)} == {"k0", "k1"}

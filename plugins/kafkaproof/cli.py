@@ -186,6 +186,47 @@ def cmd_scenario_schema(args) -> int:
     return 0
 
 
+def cmd_analyze(args) -> int:
+    from pathlib import Path
+    from .analysis import analyze
+    metrics = analyze(Path(args.run_dir), master=args.master) if args.master else analyze(Path(args.run_dir))
+    anomalies = {k: v for k, v in metrics.get("anomalies", {}).items() if v}
+    print(f"analysis written to {Path(args.run_dir) / 'analysis'}; anomalies: "
+          + (", ".join(f"{k}={v}" for k, v in sorted(anomalies.items())) or "none"))
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from pathlib import Path
+    from .validation import format_result, validate
+    result = validate(Path(args.run_dir))
+    print(format_result(result))
+    return 0 if result.status == "pass" else 1
+
+
+def cmd_report(args) -> int:
+    from pathlib import Path
+    from . import report
+    if args.night:
+        path = report.write_night_report(Path(args.night))
+    elif args.run_dir:
+        path = report.write_run_report(Path(args.run_dir))
+    else:
+        raise KafkaproofError("give a run directory or --night DIR")
+    print(path)
+    return 0
+
+
+def cmd_history(args) -> int:
+    from . import history
+    rows = history.runs(scenario=args.scenario, kafka_version=args.kafka_version, limit=args.limit)
+    if not rows:
+        print(f"no runs recorded in {history.history_url()}")
+        return 0
+    print(history.format_trend(rows))
+    return 0
+
+
 # --- parser ------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -246,6 +287,23 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--kafka-version", help="override cluster.kafka_version")
     rn.add_argument("--bootstrap", help="use an existing cluster (no broker faults) instead of a local one")
     rn.set_defaults(func=cmd_run)
+
+    an = sub.add_parser("analyze", help="run the Spark analysis of a run directory (spark-submit)")
+    an.add_argument("run_dir")
+    an.add_argument("--master", help="Spark master (default: $KAFKAPROOF_SPARK_MASTER or local[2])")
+    an.set_defaults(func=cmd_analyze)
+    va = sub.add_parser("validate", help="Great Expectations verdict of an analysed run; exit 1 when it fails")
+    va.add_argument("run_dir")
+    va.set_defaults(func=cmd_validate)
+    rp = sub.add_parser("report", help="write the HTML report of a run, or of a night (--night DIR)")
+    rp.add_argument("run_dir", nargs="?")
+    rp.add_argument("--night", metavar="DIR", help="directory of run directories (one DAG run or batch)")
+    rp.set_defaults(func=cmd_report)
+    hi = sub.add_parser("history", help="results history: verdicts and key metrics per run")
+    hi.add_argument("--scenario")
+    hi.add_argument("--kafka-version")
+    hi.add_argument("--limit", type=_positive_int, default=30)
+    hi.set_defaults(func=cmd_history)
 
     sc = sub.add_parser("scenario", help="validate and list scenario files")
     scsub = sc.add_subparsers(dest="scenario_command", required=True)

@@ -12,6 +12,7 @@ replication path.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import random
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -273,7 +275,8 @@ class LocalCluster:
             (ndir / "data").mkdir(parents=True)
             props = node_properties(config, node, st["nodes"], ndir, self.dist.major)
             (ndir / "server.properties").write_text(render_properties(props))
-            self._format(ndir, st["cluster_id"])
+        with ThreadPoolExecutor(max_workers=len(st["nodes"])) as pool:  # each format is a JVM start
+            list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"]), st["nodes"]))
         for node in st["nodes"]:
             self.start_node(node["id"])
 
@@ -284,8 +287,11 @@ class LocalCluster:
         if proc.returncode != 0:
             raise ClusterError(f"formatting {ndir} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
-    def down(self, keep_logs: bool = True) -> None:
-        """Heal every fault, stop every node, remove namespaces and the state file. Safe to repeat."""
+    def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
+        """Heal every fault, stop every node, remove namespaces and the state file. Safe to repeat.
+
+        `graceful=False` kills the JVMs at once: for a cluster whose data was already collected.
+        """
         from .faults import heal_all  # faults depends on cluster
         try:
             st = state.load_state(self.name)
@@ -296,13 +302,11 @@ class LocalCluster:
         except Exception as e:  # keep tearing down; report at the end
             log.warning("healing faults during teardown: %s", e)
         refs = [ProcessRef.from_json(n["process"]) for n in st["nodes"]]
-        for ref in refs:  # SIGTERM all first, so brokers shut down in parallel
+        for ref in refs:  # signal all first, so nodes shut down in parallel
             if ref and process.state_of(ref) != "dead":
-                try:
+                with contextlib.suppress(FaultError, ProcessLookupError):
                     process.send_signal(ref, signal.SIGCONT)
-                    process.send_signal(ref, signal.SIGTERM)
-                except Exception:
-                    pass
+                    process.send_signal(ref, signal.SIGTERM if graceful else signal.SIGKILL)
         for ref in refs:
             process.terminate(ref, grace_s=15.0, reap=self._reap)
         if st["network"] == "netns":

@@ -49,6 +49,7 @@ class RunOptions:
     kafka_version: str | None = None
     bootstrap: str | None = None  # an existing cluster instead of a local one
     cluster_name: str | None = None
+    attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
     progress_interval_s: float = 2.0
 
 
@@ -383,7 +384,14 @@ class ScenarioRun:
 
     def _provision(self, stack: contextlib.ExitStack) -> None:
         data = self.scenario.data
-        if self.options.bootstrap is None:
+        if self.options.attach:
+            with self.phase("provision"):
+                self.cluster = LocalCluster.attach(self.options.cluster_name)
+                self.cluster.wait_ready(60)
+            stack.callback(self._copy_node_logs)
+            self.bootstrap = self.cluster.bootstrap_servers()
+            self.manifest["cluster"] = self.cluster.status()
+        elif self.options.bootstrap is None:
             c = data["cluster"]
             cfg = ClusterConfig(name=self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}",
                                 brokers=c["brokers"], controllers=c["controllers"], kafka_version=c["kafka_version"],
@@ -404,15 +412,18 @@ class ScenarioRun:
                 self.cluster.wait_in_sync(t["name"])
                 self.manifest["topic_description"] = self.cluster.describe_topic(t["name"])
 
+    def _copy_node_logs(self) -> None:
+        logs = self.run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        for nid in self.cluster.node_ids():
+            src = self.cluster.node_dir(nid) / "server.log"
+            if src.exists():
+                shutil.copy(src, logs / f"node-{nid}.log")
+
     def _teardown(self) -> None:
         with self.phase("teardown"):
-            logs = self.run_dir / "logs"
-            logs.mkdir(exist_ok=True)
-            for nid in self.cluster.node_ids():
-                src = self.cluster.node_dir(nid) / "server.log"
-                if src.exists():
-                    shutil.copy(src, logs / f"node-{nid}.log")
-            self.cluster.down(keep_logs=False)
+            self._copy_node_logs()
+            self.cluster.down(keep_logs=False, graceful=False)  # data already drained
 
     def _producer_bootstrap(self) -> str:
         ids = self.scenario.data["producers"].get("bootstrap")

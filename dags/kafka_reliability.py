@@ -1,0 +1,192 @@
+"""kafkaproof DAGs: the nightly suite, a manual pre-upgrade check, and an upgrade comparison.
+
+Thin by design: every task calls `kafkaproof.pipeline`; the Spark analysis is a
+SparkSubmitOperator on `spark/analyze.py`.
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Param, dag, get_current_context, setup, task, task_group, teardown
+from airflow.sdk.exceptions import AirflowFailException
+
+from kafkaproof import pipeline
+from kafkaproof.install import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
+
+REPO = Path(__file__).resolve().parent.parent
+ANALYZE_APP = str(REPO / "spark" / "analyze.py")
+POOL = "kafka_cluster"  # one slot: two clusters must not share this host
+NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
+NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
+SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
+DEFAULT_ARGS = {"retries": 0, "execution_timeout": timedelta(minutes=30)}
+
+
+def _batch_id() -> str:
+    ctx = get_current_context()
+    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
+
+
+def _group_id(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def scenario_group(scenario_name: str, scenario_path: str):
+    """provision (setup) → run → analyze → validate → summarize → report, teardown always."""
+    gid = _group_id(scenario_name)
+
+    @task_group(group_id=gid)
+    def group():
+        @setup
+        @task(pool=POOL)
+        def provision() -> dict:
+            params = get_current_context()["params"]
+            if params.get("bootstrap"):
+                return {"cluster": None, "bootstrap": params["bootstrap"]}
+            name = pipeline.cluster_name_for(_batch_id(), gid)
+            return pipeline.provision(scenario_path, name, params.get("kafka_version"))
+
+        @task(pool=POOL)
+        def run_workload(cluster: dict) -> dict:
+            params = get_current_context()["params"]
+            result = pipeline.run(scenario_path, cluster_name=cluster["cluster"], messages=params.get("messages"),
+                                  kafka_version=params.get("kafka_version"),
+                                  bootstrap=None if cluster["cluster"] else cluster["bootstrap"])
+            if result["status"] != "complete":
+                raise AirflowFailException(f"run {result['run_id']} {result['status']}: {result['error']} "
+                                           f"({result['run_dir']})")
+            return result
+
+        @teardown  # runs whatever happened upstream
+        @task(pool=POOL)
+        def teardown_cluster(cluster: dict) -> None:
+            if cluster and cluster.get("cluster"):
+                pipeline.teardown(cluster["cluster"])
+
+        @task
+        def validate(run: dict) -> dict:
+            from kafkaproof.validation import validate as gx_validate
+            result = gx_validate(Path(run["run_dir"]))
+            return {"status": result.status, "run_dir": run["run_dir"]}
+
+        @task(trigger_rule="all_done")
+        def summarize_and_report() -> dict:
+            ti = get_current_context()["ti"]
+            run = ti.xcom_pull(task_ids=f"{gid}.run_workload") or {}
+            summary = pipeline.summarize(run.get("run_dir"), scenario_name, _batch_id())
+            if summary.get("run_dir"):
+                summary["report"] = pipeline.report(summary["run_dir"])
+            return summary
+
+        cluster = provision()
+        run = run_workload(cluster)
+        analyze = SparkSubmitOperator(
+            task_id="analyze", application=ANALYZE_APP, conn_id=SPARK_CONN, name=f"kafkaproof-{scenario_name}",
+            application_args=[f"{{{{ ti.xcom_pull(task_ids='{gid}.run_workload')['run_dir'] }}}}"],
+            conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "8", "spark.ui.enabled": "false"})
+        verdict = validate(run)
+        summary = summarize_and_report()
+        run >> analyze >> verdict >> summary
+        run >> teardown_cluster(cluster)
+        return summary
+
+    return group()
+
+
+@task(trigger_rule="all_done")
+def gate(summaries: list[dict] | None = None) -> None:
+    """Fail the DAG run, after every report is written, on any violation, undetected control or regression."""
+    summaries = list(summaries or [])
+    night = pipeline.write_batch_report(summaries, _batch_id())
+    print(f"summary report: {night}")
+    ok, problems = pipeline.gate(summaries)
+    for s in summaries:
+        if s:
+            print(f"  {s['scenario']:<36} {s['verdict']:<6} {s.get('report') or ''}")
+    if not ok:
+        raise AirflowFailException("reliability gate failed:\n  " + "\n  ".join(problems) + f"\nsummary: {night}")
+    print("reliability gate passed")
+
+
+def chain_groups(groups: list) -> None:
+    """Scenarios run one after another: the host has room for one cluster at a time."""
+    for a, b in zip(groups, groups[1:]):
+        a >> b
+
+
+@dag(dag_id="kafka_reliability_nightly", schedule=NIGHTLY_SCHEDULE, start_date=datetime(2026, 1, 1), catchup=False,
+     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+     doc_md=f"Runs the `{NIGHTLY_SUITE}` suite of `scenarios/` every night and fails on any violated guarantee, "
+            "undetected negative control or regression against history.",
+     params={"messages": Param(None, type=["null", "integer"], minimum=1, description="override producers.messages"),
+             "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
+             "bootstrap": Param(None, type=["null", "string"], description="existing cluster (no broker faults)")})
+def kafka_reliability_nightly():
+    groups = [scenario_group(s.name, s.path) for s in pipeline.suite(NIGHTLY_SUITE)]
+    chain_groups(groups)
+    gate(groups)
+
+
+def _catalog_names() -> list[str]:
+    try:
+        return [s.name for s in pipeline.suite()]
+    except Exception:  # a broken catalog must not hide the DAG; a run reports the error
+        return []
+
+
+@task(pool=POOL, max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30))
+def scenario_pipeline(scenario: str, kafka_version: str | None = None, label: str = "") -> dict:
+    """One scenario end to end in one task (provision, run, analyze, validate, summarize, report, teardown)."""
+    params = get_current_context()["params"]
+    return pipeline.run_pipeline(scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
+                                 messages=params.get("messages"), bootstrap=params.get("bootstrap"), label=label)
+
+
+@dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+     doc_md="Checks before an upgrade: choose scenarios, Kafka version, scale and where the cluster comes from.",
+     params={"scenarios": Param(["baseline"], type="array", items={"type": "string", "enum": _catalog_names()},
+                                description="scenarios from the catalog"),
+             "kafka_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
+             "messages": Param(None, type=["null", "integer"], minimum=1, description="message scale (per producer)"),
+             "bootstrap": Param(None, type=["null", "string"],
+                                description="empty: embedded local cluster; else bootstrap servers of an existing cluster")})
+def kafka_reliability_manual():
+    @task
+    def chosen() -> list[str]:
+        return list(get_current_context()["params"]["scenarios"])
+
+    gate(scenario_pipeline.expand(scenario=chosen()))
+
+
+@dag(dag_id="kafka_upgrade_check", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+     doc_md="Runs the same scenarios on the current and the candidate Kafka version; fails when the candidate is worse.",
+     params={"scenarios": Param(["baseline"], type="array", items={"type": "string", "enum": _catalog_names()}),
+             "current_version": Param(PRODUCTION_KAFKA_VERSION, type="string"),
+             "candidate_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
+             "messages": Param(None, type=["null", "integer"], minimum=1)})
+def kafka_upgrade_check():
+    @task
+    def matrix() -> list[dict]:
+        p = get_current_context()["params"]
+        return [{"scenario": s, "kafka_version": v, "label": label} for label, v in
+                (("current", p["current_version"]), ("candidate", p["candidate_version"])) for s in p["scenarios"]]
+
+    @task(trigger_rule="all_done")
+    def compare_versions(summaries: list[dict] | None = None) -> None:
+        summaries = [s for s in (summaries or []) if s]
+        path, worse = pipeline.write_upgrade_report(summaries, _batch_id())
+        print(f"upgrade report: {path}")
+        if worse:
+            raise AirflowFailException("the candidate is worse:\n  " + "\n  ".join(worse) + f"\nreport: {path}")
+
+    compare_versions(scenario_pipeline.expand_kwargs(matrix()))
+
+
+kafka_reliability_nightly()
+kafka_reliability_manual()
+kafka_upgrade_check()

@@ -1,0 +1,179 @@
+"""Results history (one row per scenario run, behind a SQLAlchemy URL) and regression rules.
+
+Default store: `sqlite:///<runs dir>/history.sqlite`; set `KAFKAPROOF_HISTORY_URL` (e.g.
+`postgresql+psycopg2://user:pw@host/db`) for a shared one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import sqlalchemy as sa
+
+from .paths import runs_dir
+
+METADATA = sa.MetaData()
+SCENARIO_RUNS = sa.Table(
+    "scenario_runs", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("scenario", sa.String(100), nullable=False, index=True),
+    sa.Column("run_id", sa.String(200), nullable=False, unique=True),
+    sa.Column("batch_id", sa.String(200)),  # the DAG run (or CLI batch) this run belongs to
+    sa.Column("kafka_version", sa.String(20)),
+    sa.Column("client_version", sa.String(40)),
+    sa.Column("scenario_hash", sa.String(32)),
+    sa.Column("guarantee", sa.String(20)),
+    sa.Column("verdict", sa.String(20), nullable=False),  # pass | fail | error
+    sa.Column("status", sa.String(20)),  # run status: complete | incomplete | error
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("metrics", sa.Text, nullable=False),  # JSON: the key metrics compared across runs
+    sa.Column("report", sa.String(500)),
+)
+
+# Metrics compared against history: name -> (path in metrics.json, "lower is better")
+TRENDED_METRICS: dict[str, tuple[str, ...]] = {
+    "recovery_s": ("availability", "recovery_s_max"),
+    "unavailable_s": ("availability", "unavailable_s"),
+    "publish_p99_ms": ("latency", "publish", "overall", "p99"),
+}
+
+
+def history_url() -> str:
+    return os.environ.get("KAFKAPROOF_HISTORY_URL") or f"sqlite:///{Path(runs_dir()).resolve() / 'history.sqlite'}"
+
+
+def engine(url: str | None = None) -> sa.Engine:
+    url = url or history_url()
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    eng = sa.create_engine(url)
+    METADATA.create_all(eng)
+    return eng
+
+
+def dig(d: Mapping[str, Any] | None, path: Iterable[str]) -> Any:
+    """Nested lookup returning None when any step is missing."""
+    cur: Any = d
+    for key in path:
+        if not isinstance(cur, Mapping) or key not in cur:
+            return None
+        cur = cur[key]
+    return cur
+
+
+def key_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers kept in history: anomaly counts and the trended metrics."""
+    out: dict[str, Any] = {name: dig(metrics, path) for name, path in TRENDED_METRICS.items()}
+    out["anomalies"] = dict(metrics.get("anomalies", {}))
+    out["outcomes"] = dict(metrics.get("outcomes", {}))
+    return out
+
+
+def record(row: Mapping[str, Any], url: str | None = None) -> None:
+    """Append (or replace, by run_id) one scenario run."""
+    row = dict(row)
+    row.setdefault("finished_at", datetime.now(timezone.utc))
+    if not isinstance(row.get("metrics"), str):
+        row["metrics"] = json.dumps(row.get("metrics") or {}, sort_keys=True)
+    eng = engine(url)
+    with eng.begin() as conn:
+        conn.execute(SCENARIO_RUNS.delete().where(SCENARIO_RUNS.c.run_id == row["run_id"]))
+        conn.execute(SCENARIO_RUNS.insert().values(**row))
+
+
+def runs(scenario: str | None = None, kafka_version: str | None = None, verdict: str | None = None,
+         limit: int = 50, url: str | None = None, before_run_id: str | None = None) -> list[dict]:
+    """Most recent runs first, optionally filtered."""
+    q = sa.select(SCENARIO_RUNS).order_by(SCENARIO_RUNS.c.finished_at.desc(), SCENARIO_RUNS.c.id.desc()).limit(limit)
+    if scenario:
+        q = q.where(SCENARIO_RUNS.c.scenario == scenario)
+    if kafka_version:
+        q = q.where(SCENARIO_RUNS.c.kafka_version == kafka_version)
+    if verdict:
+        q = q.where(SCENARIO_RUNS.c.verdict == verdict)
+    if before_run_id:
+        q = q.where(SCENARIO_RUNS.c.run_id != before_run_id)
+    with engine(url).connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(q)]
+    for r in rows:
+        r["metrics"] = json.loads(r["metrics"])
+    return rows
+
+
+@dataclass
+class Regression:
+    scenario: str
+    kind: str  # "new_anomaly" | metric name
+    message: str
+
+
+@dataclass
+class RegressionPolicy:
+    window: int = 5  # last N passing runs
+    tolerance: float = 0.5  # worse than the median by more than 50% ...
+    min_absolute: Mapping[str, float] = field(default_factory=lambda: {"recovery_s": 2.0, "unavailable_s": 2.0,
+                                                                         "publish_p99_ms": 50.0})  # ... and by this much
+
+    @classmethod
+    def from_env(cls) -> "RegressionPolicy":
+        """`KAFKAPROOF_REGRESSION_WINDOW`, `_TOLERANCE` (0.5 = 50%) and `_MIN_ABSOLUTE` (JSON by metric)."""
+        policy = cls()
+        if os.environ.get("KAFKAPROOF_REGRESSION_WINDOW"):
+            policy.window = int(os.environ["KAFKAPROOF_REGRESSION_WINDOW"])
+        if os.environ.get("KAFKAPROOF_REGRESSION_TOLERANCE"):
+            policy.tolerance = float(os.environ["KAFKAPROOF_REGRESSION_TOLERANCE"])
+        if os.environ.get("KAFKAPROOF_REGRESSION_MIN_ABSOLUTE"):
+            policy.min_absolute = {**policy.min_absolute, **json.loads(os.environ["KAFKAPROOF_REGRESSION_MIN_ABSOLUTE"])}
+        return policy
+
+
+def find_regressions(scenario: str, current: Mapping[str, Any], passing_history: list[Mapping[str, Any]],
+                     policy: RegressionPolicy | None = None) -> list[Regression]:
+    """Pure: compare a run's key metrics with earlier passing runs of the same scenario and version.
+
+    - any anomaly kind with a non-zero count that no passing run in the window had;
+    - a trended metric worse than the window's median by more than `tolerance` (relative)
+      and `min_absolute` (so that tiny numbers do not flap).
+    """
+    policy = policy or RegressionPolicy()
+    window = [h for h in passing_history][: policy.window]
+    if not window:
+        return []
+    found: list[Regression] = []
+    seen_before = {k for h in window for k, v in h.get("anomalies", {}).items() if v}
+    for kind, count in sorted(current.get("anomalies", {}).items()):
+        if count and kind not in seen_before:
+            found.append(Regression(scenario, "new_anomaly",
+                                    f"{kind}: {count} (none in the last {len(window)} passing runs)"))
+    for name in TRENDED_METRICS:
+        value = current.get(name)
+        past = [h.get(name) for h in window if h.get(name) is not None]
+        if value is None or not past:
+            continue
+        median = statistics.median(past)
+        limit = max(median * (1 + policy.tolerance), median + policy.min_absolute.get(name, 0.0))
+        if value > limit:
+            found.append(Regression(scenario, name, f"{name} {value:.1f} vs median {median:.1f} of the last "
+                                                    f"{len(past)} passing runs (limit {limit:.1f})"))
+    return found
+
+
+def format_trend(rows: list[dict]) -> str:
+    """A plain-text table of runs, oldest first."""
+    lines = [f"{'finished (UTC)':<20} {'scenario':<34} {'kafka':<7} {'verdict':<7} {'recovery_s':>10} "
+             f"{'unavail_s':>9} {'p99_ms':>8}  anomalies"]
+    for r in reversed(rows):
+        m = r["metrics"]
+        anomalies = ", ".join(f"{k}={v}" for k, v in sorted(m.get("anomalies", {}).items()) if v) or "-"
+
+        def num(v):
+            return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
+        when = r["finished_at"].strftime("%Y-%m-%d %H:%M:%S") if r["finished_at"] else "?"
+        lines.append(f"{when:<20} {r['scenario']:<34} {r['kafka_version'] or '-':<7} {r['verdict']:<7} "
+                     f"{num(m.get('recovery_s')):>10} {num(m.get('unavailable_s')):>9} {num(m.get('publish_p99_ms')):>8}  {anomalies}")
+    return "\n".join(lines)

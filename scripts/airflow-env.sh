@@ -1,0 +1,20 @@
+# Source this (bash) to use Airflow with this checkout:  source scripts/airflow-env.sh
+# Then: airflow standalone (UI on :8080), airflow dags test kafka_reliability_nightly, ...
+_kp_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$_kp_root/.airflow}"
+export AIRFLOW_CONFIG="$_kp_root/airflow.cfg"
+export AIRFLOW__CORE__DAGS_FOLDER="$_kp_root/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$_kp_root/plugins"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
+export AIRFLOW__LOGGING__BASE_LOG_FOLDER="$AIRFLOW_HOME/logs"
+# Spark: local[2] by default; point it at a cluster with e.g. {"conn_type":"spark","host":"spark://host:7077"}.
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\":\"spark\",\"host\":\"local[2]\"}}"
+# An existing Kafka cluster for the manual DAG (its Extra JSON is the confluent-kafka client config).
+export AIRFLOW_CONN_KAFKA_DEFAULT="${AIRFLOW_CONN_KAFKA_DEFAULT:-{\"conn_type\":\"kafka\",\"extra\":{\"bootstrap.servers\":\"localhost:9092\"}}}"
+export KAFKAPROOF_CACHE="${KAFKAPROOF_CACHE:-$_kp_root/.cache}"
+export KAFKAPROOF_STATE="${KAFKAPROOF_STATE:-$_kp_root/.state}"
+export KAFKAPROOF_RUNS="${KAFKAPROOF_RUNS:-$_kp_root/runs}"
+# SparkSubmitOperator runs `spark-submit` from PATH.
+case ":$PATH:" in *":$_kp_root/.venv/bin:"*) ;; *) export PATH="$_kp_root/.venv/bin:$PATH" ;; esac
+mkdir -p "$AIRFLOW_HOME"
+unset _kp_root

@@ -1,0 +1,87 @@
+"""Results history, regression rules and the gate, without a cluster."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kafkaproof import history, pipeline
+
+pytestmark = pytest.mark.unit
+
+
+def metrics(recovery=5.0, p99=20.0, unavailable=3.0, **anomalies):
+    return {"recovery_s": recovery, "publish_p99_ms": p99, "unavailable_s": unavailable, "anomalies": anomalies}
+
+
+def test_history_records_and_lists_runs(tmp_path):
+    url = f"sqlite:///{tmp_path}/h.sqlite"
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    for i in range(3):
+        history.record({"scenario": "s", "run_id": f"r{i}", "kafka_version": "4.3.1", "verdict": "pass",
+                        "finished_at": t0 + timedelta(days=i), "metrics": metrics(recovery=i)}, url)
+    history.record({"scenario": "s", "run_id": "r1", "kafka_version": "4.3.1", "verdict": "fail",
+                    "finished_at": t0 + timedelta(days=1), "metrics": metrics()}, url)  # replaces r1
+    rows = history.runs("s", url=url)
+    assert [r["run_id"] for r in rows] == ["r2", "r1", "r0"]
+    assert [r["run_id"] for r in history.runs("s", verdict="pass", url=url)] == ["r2", "r0"]
+    assert rows[0]["metrics"]["recovery_s"] == 2
+    text = history.format_trend(rows)
+    assert text.splitlines()[1].startswith("2026-11-01") and "fail" in text
+
+
+def test_regression_rules():
+    past = [metrics(recovery=r) for r in (4.0, 5.0, 6.0)]
+    assert history.find_regressions("s", metrics(recovery=7.0), past) == []  # within 50% and 2 s
+    (reg,) = history.find_regressions("s", metrics(recovery=9.0), past)
+    assert reg.kind == "recovery_s" and "median 5.0" in reg.message
+    (reg,) = history.find_regressions("s", metrics(duplicates=3), past)
+    assert reg.kind == "new_anomaly" and "duplicates: 3" in reg.message
+    assert history.find_regressions("s", metrics(duplicates=3), past + [metrics(duplicates=1)]) == []
+    assert history.find_regressions("s", metrics(recovery=100), []) == [], "no history, no regression"
+    strict = history.RegressionPolicy(tolerance=0.0, min_absolute={})
+    assert history.find_regressions("s", metrics(p99=20.5), past, strict)[0].kind == "publish_p99_ms"
+
+
+def test_regression_policy_from_env(monkeypatch):
+    monkeypatch.setenv("KAFKAPROOF_REGRESSION_TOLERANCE", "0.1")
+    monkeypatch.setenv("KAFKAPROOF_REGRESSION_MIN_ABSOLUTE", '{"recovery_s": 0}')
+    p = history.RegressionPolicy.from_env()
+    assert p.tolerance == 0.1 and p.min_absolute["recovery_s"] == 0 and p.min_absolute["publish_p99_ms"] == 50.0
+
+
+def summary(name, verdict, expect="pass", **kw):
+    return {"scenario": name, "run_id": f"{name}-1", "verdict": verdict, "expect": expect, "violations": [],
+            "regressions": [], "error": None, **kw}
+
+
+def test_gate_lists_every_problem():
+    ok, problems = pipeline.gate([summary("a", "pass"), summary("b", "pass")])
+    assert ok and problems == []
+    ok, problems = pipeline.gate([
+        summary("a", "fail", violations=["lost: 3 acknowledged values are not in the log"]),
+        summary("b", "fail", expect="detect", violations=["lost: expected, found 0"]),
+        summary("c", "error", error="run incomplete: interrupted"),
+        summary("d", "pass", regressions=["recovery_s 9.0 vs median 5.0"]), None])
+    assert not ok
+    assert problems[0].startswith("a (a-1): guarantee violated: lost: 3")
+    assert problems[1].startswith("b (b-1): negative control not detected")
+    assert "c (c-1): error: run incomplete" in problems[2]
+    assert "d (d-1): regression: recovery_s" in problems[3]
+    assert "no summary" in problems[4]
+
+
+def test_upgrade_differences():
+    cur = summary("s", "pass", label="current", kafka_version="3.9.2", metrics=metrics(recovery=5))
+    cand = summary("s", "fail", label="candidate", kafka_version="4.3.1", metrics=metrics(recovery=5))
+    assert pipeline.upgrade_differences([cur, cand]) == ["s: pass on 3.9.2 but fail on 4.3.1"]
+    slower = dict(cand, verdict="pass", metrics=metrics(recovery=20))
+    (worse,) = pipeline.upgrade_differences([cur, slower])
+    assert "recovery_s 20.0" in worse
+    assert pipeline.upgrade_differences([cur, dict(cand, verdict="pass")]) == []
+
+
+def test_cluster_names_are_short_and_distinct():
+    a = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "baseline")
+    b = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "e1")
+    assert a != b and a.startswith("af-") and len(a) <= 31

@@ -55,6 +55,7 @@ def scenario_group(scenario_name: str, scenario_path: str):
             result = pipeline.run(scenario_path, cluster_name=cluster["cluster"], messages=params.get("messages"),
                                   kafka_version=params.get("kafka_version"),
                                   bootstrap=None if cluster["cluster"] else cluster["bootstrap"])
+            get_current_context()["ti"].xcom_push(key="run", value=result)  # also when the run failed
             if result["status"] != "complete":
                 raise AirflowFailException(f"run {result['run_id']} {result['status']}: {result['error']} "
                                            f"({result['run_dir']})")
@@ -75,7 +76,7 @@ def scenario_group(scenario_name: str, scenario_path: str):
         @task(trigger_rule="all_done")
         def summarize_and_report() -> dict:
             ti = get_current_context()["ti"]
-            run = ti.xcom_pull(task_ids=f"{gid}.run_workload") or {}
+            run = ti.xcom_pull(task_ids=f"{gid}.run_workload", key="run") or {}
             summary = pipeline.summarize(run.get("run_dir"), scenario_name, _batch_id())
             if summary.get("run_dir"):
                 summary["report"] = pipeline.report(summary["run_dir"])
@@ -93,7 +94,8 @@ def scenario_group(scenario_name: str, scenario_path: str):
         run >> teardown_cluster(cluster)
         return summary
 
-    return group()
+    summary = group()
+    return summary.operator.task_group, summary
 
 
 @task(trigger_rule="all_done")
@@ -112,9 +114,13 @@ def gate(summaries: list[dict] | None = None) -> None:
 
 
 def chain_groups(groups: list) -> None:
-    """Scenarios run one after another: the host has room for one cluster at a time."""
+    """Scenarios run one after another: the host has room for one cluster at a time.
+
+    A group's teardown is not one of its leaves for `>>`, so it is chained to the next provision explicitly.
+    """
     for a, b in zip(groups, groups[1:]):
         a >> b
+        a.children[f"{a.group_id}.teardown_cluster"] >> b.children[f"{b.group_id}.provision"]
 
 
 @dag(dag_id="kafka_reliability_nightly", schedule=NIGHTLY_SCHEDULE, start_date=datetime(2026, 1, 1), catchup=False,
@@ -125,9 +131,9 @@ def chain_groups(groups: list) -> None:
              "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (no broker faults)")})
 def kafka_reliability_nightly():
-    groups = [scenario_group(s.name, s.path) for s in pipeline.suite(NIGHTLY_SUITE)]
-    chain_groups(groups)
-    gate(groups)
+    built = [scenario_group(s.name, s.path) for s in pipeline.suite(NIGHTLY_SUITE)]
+    chain_groups([group for group, _ in built])
+    gate([summary for _, summary in built])
 
 
 def _catalog_names() -> list[str]:

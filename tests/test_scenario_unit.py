@@ -59,6 +59,7 @@ def test_duration_replaces_default_message_count(tmp_path):
     ({"faults": [{"at": 1, "kind": "explode", "target": "node:1"}]}, "faults.0.kind: 'explode' is not allowed; allowed: kill"),
     ({"faults": [{"at": 1, "kind": "kill", "target": "node:7"}]}, "faults[0].target: node 7 does not exist; nodes are [1, 2, 3]"),
     ({"faults": [{"at": 1, "kind": "kill", "target": "leaderr:0"}]}, "faults[0].target: 'leaderr:0' is not a target"),
+    ({"faults": [{"at": 1, "kind": "kill", "target": "leader:3"}]}, "faults[0].target: partition 3 does not exist; the topic has partitions 0..2"),
     ({"faults": [{"at": 1, "kind": "packet_loss", "target": "node:1"}]}, "faults[0].params.percent: required"),
     ({"faults": [{"at": 1, "kind": "isolate", "target": "consumer:0"}]}, "faults[0].kind: 'isolate' cannot target a consumer"),
     ({"faults": [{"at": 1, "kind": "kill", "target": "consumer:3"}]}, "consumers are consumer:0..consumer:0"),

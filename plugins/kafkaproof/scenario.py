@@ -270,6 +270,11 @@ def _check_semantics(data: dict, source: str) -> None:
             FaultSpec(f["kind"], target, f.get("params", {})).validate(where)
         except FaultError as e:
             raise ScenarioError(f"{source}: {e}") from None
+        for prefix in ("leader:", "follower:"):
+            rest = target[len(prefix):] if target.startswith(prefix) else None
+            if rest is not None and ":" not in rest and int(rest) >= topic["partitions"]:
+                fail(f"{where}.target", f"partition {rest} does not exist; the topic has partitions "
+                                        f"0..{topic['partitions'] - 1}")
         for prefix in ("node:", "nodes:"):
             if target.startswith(prefix):
                 for nid in target[len(prefix):].split(","):

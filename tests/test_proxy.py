@@ -462,6 +462,20 @@ def test_error_without_forwarding_answers_every_partition(run: Any) -> None:
     run(scenario())
 
 
+def test_injected_error_waits_behind_slower_real_response(run: Any) -> None:
+    async def scenario() -> None:
+        async with stack(delays={kp.PRODUCE: 0.2}) as s:
+            s.proxy.add_rule({"action": "error", "api": "produce", "topic": "t", "partitions": [1], "error": 6})
+            client = await s.client()
+            await client.send(produce_request(9, {"t": [0]}), 1)  # real, answered after 200 ms
+            await client.send(produce_request(9, {"t": [1]}), 2)  # answered by the proxy at once...
+            first, second = await client.recv(kp.PRODUCE, 9), await client.recv(kp.PRODUCE, 9)
+            assert (first[0], second[0]) == (1, 2)  # ...but delivered in request order
+            assert partition_errors(first[1]) == [("t", 0, 0)] and partition_errors(second[1]) == [("t", 1, 6)]
+            await client.close()
+    run(scenario())
+
+
 def test_error_after_forwarding_replaces_the_real_response(run: Any) -> None:
     async def scenario() -> None:
         async with stack() as s:
@@ -708,6 +722,22 @@ def test_api_versions_capped_when_rewriting(run: Any) -> None:
     run(scenario())
 
 
+def test_api_versions_unsupported_version_passes_through(run: Any) -> None:
+    async def scenario() -> None:
+        ranges = {**PLAIN_RANGES, kp.API_VERSIONS: (0, 2), kp.PRODUCE: (3, 11)}
+        async with stack(api_ranges=ranges) as s:
+            client = await s.client()
+            await client.send(api_versions_request(3), 1)
+            _, response = await client.recv(kp.API_VERSIONS, 0)  # the broker answers v0 on error
+            assert response.error_code == ErrorCode.unsupported_version
+            await client.send(api_versions_request(2), 2)  # the client retries lower: capped as usual
+            _, response = await client.recv(kp.API_VERSIONS, 2)
+            assert {int(e.api_key): int(e.max_version) for e in response.api_keys}[kp.PRODUCE] == 9
+            assert not s.sink.of("decode_failed") and not s.sink.of("protocol_error")
+            await client.close()
+    run(scenario())
+
+
 def test_correlation_mismatch_closes_the_connection(run: Any) -> None:
     async def scenario() -> None:
         async def liar(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -872,6 +902,34 @@ def test_proxy_process_end_to_end(tmp_path: Any) -> None:
     kinds = [e["event"] for e in read_events(events)]
     assert kinds[0] == "proxy_start" and "rule_added" in kinds and kinds[-1] == "proxy_stop"
     assert "listening on" in (tmp_path / "proxy.log").read_text()
+
+
+def test_proxy_process_does_not_outlive_its_owner(tmp_path: Any) -> None:
+    import os
+    import subprocess
+
+    owner = (
+        "import os, sys\n"
+        "from kafkaproof.proxy import ProxyProcess\n"
+        "p = ProxyProcess(['127.0.0.1:0=127.0.0.1:9'], log_file=sys.argv[1]).start()\n"
+        "print(p.pid, flush=True)\n"
+        "os._exit(0)\n"  # dies without stopping the proxy
+    )
+    out = subprocess.run([sys.executable, "-c", owner, str(tmp_path / "orphan.log")], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.path.join(_repo_root(), "plugins")}, timeout=30, check=True)
+    pid = int(out.stdout.strip())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid), "the proxy outlived the process that started it"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_proxy_process_reports_startup_failure(tmp_path: Any) -> None:

@@ -22,6 +22,14 @@ from kafkaproof.proxy.fake_broker import FakeCluster  # noqa: E402
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(90)]
 
 
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Any:
+    """Runs the proxy's event loop: the stock one, and uvloop (what the CLI uses)."""
+    if request.param == "uvloop":
+        return pytest.importorskip("uvloop").run
+    return asyncio.run
+
+
 @contextlib.asynccontextmanager
 async def proxied_cluster(partitions: int = 4) -> AsyncIterator[tuple[FakeCluster, FaultProxy, MemoryEventSink]]:
     cluster = FakeCluster({"t": partitions})
@@ -59,7 +67,7 @@ def produce(bootstrap: str, count: int, partition: int | None = None, **config: 
     return reports
 
 
-def test_producer_reaches_every_broker_only_through_the_proxy() -> None:
+def test_producer_reaches_every_broker_only_through_the_proxy(run: Any) -> None:
     async def scenario() -> None:
         async with proxied_cluster() as (cluster, proxy, sink):
             reports = await asyncio.to_thread(produce, proxy.bootstrap, 200)
@@ -71,10 +79,10 @@ def test_producer_reaches_every_broker_only_through_the_proxy() -> None:
                 # every connection the broker saw came from this proxy listener
                 assert broker.connections == listener.stats.connections_total >= 1
             assert sink.of("address_rewrite") and not sink.of("protocol_error") and not sink.of("unmapped_broker")
-    asyncio.run(scenario())
+    run(scenario())
 
 
-def test_lost_ack_with_reset_makes_the_real_producer_write_a_duplicate() -> None:
+def test_lost_ack_with_reset_makes_the_real_producer_write_a_duplicate(run: Any) -> None:
     async def scenario() -> None:
         async with proxied_cluster() as (cluster, proxy, sink):
             proxy.add_rule({"action": "lost_ack", "api": "produce", "topic": "t", "partitions": [0], "count": 1,
@@ -89,10 +97,10 @@ def test_lost_ack_with_reset_makes_the_real_producer_write_a_duplicate() -> None
             assert cluster.records_written("t") > 10
             acked = sorted(offset for _, offset, _ in reports)
             assert first_write["base_offset"] not in acked
-    asyncio.run(scenario())
+    run(scenario())
 
 
-def test_lost_ack_keeping_the_connection_times_out_a_written_batch() -> None:
+def test_lost_ack_keeping_the_connection_times_out_a_written_batch(run: Any) -> None:
     # librdkafka waits for a produce response until message.timeout.ms (request.timeout.ms
     # is only the broker-side ack timeout), then fails the messages: they are reported
     # as failed although the broker wrote them.
@@ -103,10 +111,10 @@ def test_lost_ack_keeping_the_connection_times_out_a_written_batch() -> None:
             assert {err for _, _, err in reports} == {"_MSG_TIMED_OUT"}
             assert len(sink.of("fault", phase="response_dropped")) == 1
             assert cluster.records_written("t") == 10
-    asyncio.run(scenario())
+    run(scenario())
 
 
-def test_injected_retriable_error_is_retried_without_duplicates() -> None:
+def test_injected_retriable_error_is_retried_without_duplicates(run: Any) -> None:
     async def scenario() -> None:
         async with proxied_cluster() as (cluster, proxy, sink):
             proxy.add_rule({"action": "error", "api": "produce", "error": "NOT_ENOUGH_REPLICAS", "count": 2})
@@ -114,10 +122,10 @@ def test_injected_retriable_error_is_retried_without_duplicates() -> None:
             assert all(err is None for _, _, err in reports)
             assert len(sink.of("fault", phase="answered_without_forwarding")) == 2
             assert cluster.records_written("t") == 20
-    asyncio.run(scenario())
+    run(scenario())
 
 
-def test_error_after_append_duplicates() -> None:
+def test_error_after_append_duplicates(run: Any) -> None:
     async def scenario() -> None:
         async with proxied_cluster() as (cluster, proxy, sink):
             proxy.add_rule({"action": "error", "api": "produce", "error": "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
@@ -127,4 +135,4 @@ def test_error_after_append_duplicates() -> None:
             replaced = sink.of("fault", phase="response_replaced")
             assert len(replaced) == 1 and replaced[0]["detail"]["results"][0]["error"] == "NONE"
             assert cluster.records_written("t") > 5
-    asyncio.run(scenario())
+    run(scenario())

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed of the random draws (probabilities, latency)")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop even if uvloop is installed")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="stop when the parent process dies (used by ProxyProcess, so no proxy outlives its owner)")
     return p
 
 
@@ -78,6 +80,8 @@ async def serve(args: argparse.Namespace) -> None:
                  "bootstrap": proxy.bootstrap}
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
+        if args.exit_with_parent:
+            asyncio.create_task(_watch_parent(args.parent_pid, stop))
         await stop.wait()
         log.info("signal received, stopping")
     finally:
@@ -85,9 +89,20 @@ async def serve(args: argparse.Namespace) -> None:
         await proxy.stop()
 
 
+async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if os.getppid() != parent:
+            log.warning("parent process %d is gone, stopping", parent)
+            stop.set()
+            return
+        await asyncio.sleep(1.0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    # Read before anything slow: the owner waits for our ready line, so it is alive now.
+    args.parent_pid = os.getppid()
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s[%(process)d]: %(message)s",
                         datefmt="%Y-%m-%dT%H:%M:%S")

@@ -35,7 +35,8 @@ class ProxyProcess:
                  seed: int | None = None, log_file: str | os.PathLike[str] | None = None,
                  log_level: str = "INFO", python: str = sys.executable, startup_timeout: float = 15.0,
                  stop_timeout: float = 10.0) -> None:
-        self.args = [python, "-m", "kafkaproof.proxy", "--control", control, "--log-level", log_level]
+        self.args = [python, "-m", "kafkaproof.proxy", "--control", control, "--log-level", log_level,
+                     "--exit-with-parent"]
         for route in routes:
             self.args += ["--listen", _route_text(route)]
         if events is not None:

@@ -1,16 +1,16 @@
 """The asyncio Kafka-aware fault proxy: listeners, connections, rules and actions.
 
-Per client connection the proxy runs two read loops (client -> broker requests,
-broker -> client responses) and two ordered senders. Requests are peeked
-(header, Produce acks) and forwarded; each request that will get a response
-reserves a *slot* in the client-bound sender, in request order, and goes on the
-FIFO of requests awaiting the broker. A broker response fills the slot of the
-FIFO head. Because the client-bound sender writes slots strictly in order, the
+Per client connection there are two frame protocols (client side, broker side,
+see :mod:`.stream`) and two ordered senders. Requests are peeked (header,
+Produce acks) and forwarded; each request that will get a response reserves a
+*slot* in the client-bound sender, in request order, and goes on the FIFO of
+requests awaiting the broker. A broker response fills the slot of the FIFO
+head. Because the client-bound sender writes slots strictly in order, the
 proxy can delay, drop, replace or synthesise a response without ever
 reordering the stream: a synthetic error for request N waits behind the real
 response to request N-1.
 
-Without rules the per-request work is a header peek, a deque append and a
+Without rules the per-request work is a header peek, two deque appends and a
 write; bodies are decoded only for ApiVersions/Metadata/FindCoordinator/
 DescribeCluster responses (rare) and for requests a rule selects.
 """
@@ -24,7 +24,6 @@ import itertools
 import logging
 import random
 import socket
-import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -52,7 +51,6 @@ KIO_CAPS: Mapping[int, int] = {
 REWRITE_CAPS: Mapping[int, int] = {kp.PRODUCE: 9, kp.FETCH: 15}
 
 _SETTLE_TIMEOUT_S = 60.0
-
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -303,6 +301,7 @@ class _Connection:
         states = self.proxy.live_rules()
         if not states:
             self._forward(ctx)
+            ctx.frame = b""  # the sender holds its own reference; the FIFO needs only the header
             return
         plan = self._plan(ctx, states)
         for state, direction, delay in plan.delays:
@@ -796,11 +795,12 @@ class FaultProxy:
             return None
 
     def _cap_versions(self, conn: _Connection, header: kp.RequestHeader, frame: bytes) -> bytes | None:
-        try:
-            payload = kp.decode_response(frame, kp.API_VERSIONS, header.api_version)
-        except KafkaProtocolError:
-            # A broker that does not support the requested ApiVersions version answers v0.
-            payload = kp.decode_response(frame, kp.API_VERSIONS, 0)
+        # error_code leads every ApiVersions version. On an error (UNSUPPORTED_VERSION)
+        # the broker answers in v0 format whatever was asked: pass that through untouched,
+        # the client retries with a lower version.
+        if len(frame) < 6 or int.from_bytes(frame[4:6], "big", signed=True) != 0:
+            return None
+        payload = kp.decode_response(frame, kp.API_VERSIONS, header.api_version)
         new_payload, changes = kp.cap_api_versions(payload, self.version_caps)
         for api_key, low, high in kp.iter_api_ranges(payload):
             cap = self.version_caps.get(api_key)

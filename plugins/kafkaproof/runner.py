@@ -84,6 +84,7 @@ class Workers:
         self.producers: dict[int, subprocess.Popen] = {}
         self.consumers: dict[int, subprocess.Popen] = {}
         self.incarnations: dict[int, int] = {}
+        self.consumer_spec: dict = {}
 
     def _spawn(self, role: str, spec: dict, name: str) -> subprocess.Popen:
         path = self.work / f"{name}.spec.json"
@@ -103,7 +104,7 @@ class Workers:
         self.incarnations[index] = inc
         self.consumers[index] = self._spawn("consumer", {**self.base, **spec, "index": index, "incarnation": inc},
                                             f"consumer-{index}-{inc}")
-        self._consumer_spec = spec
+        self.consumer_spec = spec
 
     def signal_consumer(self, index: int, sig: int) -> int:
         proc = self.consumers[index]
@@ -118,7 +119,7 @@ class Workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)
             return
-        self.start_consumer(index, self._consumer_spec)
+        self.start_consumer(index, self.consumer_spec)
 
     def producers_done(self) -> bool:
         return all(p.poll() is not None for p in self.producers.values())
@@ -139,6 +140,18 @@ class Workers:
                     os.kill(proc.pid, signal.SIGCONT)
                     proc.terminate()
         _wait_all(procs, 10.0)
+
+    def consumer_positions(self) -> dict[int, int]:
+        """Highest next-fetch position per partition over the current consumer processes."""
+        best: dict[int, int] = {}
+        for index, inc in self.incarnations.items():
+            try:
+                p = json.loads((self.work / f"consumer-{index}-{inc}.progress.json").read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            for part, pos in p.get("positions", {}).items():
+                best[int(part)] = max(best.get(int(part), -1), pos)
+        return best
 
     def progress(self) -> dict[str, Any]:
         total: dict[str, Any] = {"sent": 0, "ok": 0, "fail": 0, "indefinite": 0, "read": 0, "errors": {}}
@@ -246,6 +259,20 @@ def drain(bootstrap: str, topic: str, isolation: str, timeout_s: float) -> tuple
         consumer.close()
 
 
+def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 15) -> dict[int, int]:
+    """High watermark of every partition of a topic."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kp-marks-{uuid.uuid4().hex[:8]}",
+                         "log_level": 3})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout_s)
+        parts = sorted(md.topics[topic].partitions) if topic in md.topics else []
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)[1]
+                for p in parts}
+    finally:
+        consumer.close()
+
+
 # --- assembling the ledger -------------------------------------------------------
 
 def assemble_sends(work: Path, producers: int, audit_value_ids: set[int]) -> pa.Table:
@@ -303,10 +330,62 @@ def fault_rows(fault_log: Path) -> list[dict]:
         if e["event"] == "inject":
             rows[e["fault_id"]] = {"fault_id": e["fault_id"], "kind": e["kind"], "target": e["target"],
                                    "nodes": e["nodes"], "params": json.dumps(e["params"], sort_keys=True),
-                                   "start_ns": e["mono_ns"], "start_wall": e["wall"], "heal_ns": None, "heal_wall": None}
+                                   "start_ns": e["mono_ns"], "start_wall": e["wall"], "heal_ns": None, "heal_wall": None,
+                                   "proxy_rule": json.dumps(e["rule"], sort_keys=True) if e.get("rule") else None,
+                                   "proxy_fired": None}
         elif e["event"] == "heal" and e["fault_id"] in rows:
             rows[e["fault_id"]].update(heal_ns=e["mono_ns"], heal_wall=e["wall"])
+            if e.get("proxy_fired") is not None:
+                rows[e["fault_id"]]["proxy_fired"] = e["proxy_fired"]
     return sorted(rows.values(), key=lambda r: r["start_ns"])
+
+
+def collect_proxy_events(cluster: LocalCluster, since_ns: int, dest: Path) -> int:
+    """Copy the events the cluster's fault proxies logged since `since_ns` into `dest` (JSON lines, by time)."""
+    from .proxy import read_events
+    events = []
+    for nid in cluster.proxy_ids():
+        path = cluster.proxy_events_path(nid)
+        if path.exists():
+            events += [e for e in read_events(path) if e.get("ts_ns", 0) >= since_ns]
+    events.sort(key=lambda e: e.get("ts_ns", 0))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "w") as f:
+        for e in events:
+            f.write(json.dumps(e, sort_keys=True) + "\n")
+    return len(events)
+
+
+def proxy_event_rows(events: list[dict], fault_ids: set[str]) -> list[dict]:
+    """Ledger `proxy_events` rows: one per action a proxy took on a request (its `fault` events)."""
+    rows = []
+    for e in events:
+        if e.get("event") != "fault":
+            continue
+        detail = e.get("detail") or {}
+        topics = e.get("topics") or []
+        topic = topics[0]["topic"] if topics else None
+        partitions = list(topics[0]["partitions"]) if topics else []
+        base_offsets = None
+        results = detail.get("results")
+        if results is not None:
+            # What the broker wrote for the request whose answer was dropped or replaced:
+            # its base offset per partition, -1 where it wrote nothing (it answered an error).
+            by_part = {r["partition"]: (r["base_offset"] if r.get("error_code") == 0 else -1)
+                       for r in results if r.get("topic") in (topic, topics[0].get("topic_id") if topics else None)}
+            base_offsets = [by_part.get(p, -1) for p in partitions]
+        rule_id = e.get("rule_id")
+        rows.append({
+            "ts_ns": e["ts_ns"], "fault_id": rule_id if rule_id in fault_ids else None, "rule_id": rule_id,
+            "broker": e.get("broker"), "proxy": e.get("proxy"), "conn": e.get("conn"),
+            "client_id": e.get("client_id"), "api": e.get("api"), "api_key": e.get("api_key"),
+            "api_version": e.get("api_version"), "correlation_id": e.get("correlation_id"),
+            "action": e.get("action"), "phase": e.get("phase"), "topic": topic, "partitions": partitions,
+            "base_offsets": base_offsets,
+            "error_code": detail.get("error_code"), "delay_ms": detail.get("delay_ms"),
+            "detail": json.dumps(detail, sort_keys=True) if detail else None,
+        })
+    return rows
 
 
 # --- the run ---------------------------------------------------------------------
@@ -323,6 +402,8 @@ class ScenarioRun:
         self.fault_log = self.work / "faults.jsonl"
         self.cluster: LocalCluster | None = None
         self.bootstrap: str | None = options.bootstrap
+        self.direct_bootstrap: str | None = options.bootstrap  # never through a fault proxy (the drain)
+        self.proxy_events_file = self.work / "proxy-events.jsonl"
         self.timings: dict[str, dict] = {}
         self.fault_errors: list[str] = []
         self.audit_marks: dict[str, dict] = {}
@@ -375,7 +456,8 @@ class ScenarioRun:
             status, error = "error", f"{type(e).__name__}: {e}"
         finally:
             self.manifest.update(status=status, error=error, timings=self.timings,
-                                 bootstrap=self.bootstrap, audit={"partitions": self.audit_marks},
+                                 bootstrap=self.bootstrap, direct_bootstrap=self.direct_bootstrap,
+                                 audit={"partitions": self.audit_marks},
                                  fault_errors=self.fault_errors)
             ledger.write_manifest(self.run_dir, self.manifest)
         log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
@@ -388,18 +470,26 @@ class ScenarioRun:
             with self.phase("provision"):
                 self.cluster = LocalCluster.attach(self.options.cluster_name)
                 self.cluster.wait_ready(60)
+                if data["cluster"].get("proxy") and not self.cluster.has_proxy:
+                    raise KafkaproofError(f"the scenario needs the fault proxy but cluster "
+                                          f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
             stack.callback(self._copy_node_logs)
+            stack.callback(self._collect_proxy_events)  # before the logs are copied and the cluster goes
             self.bootstrap = self.cluster.bootstrap_servers()
+            self.direct_bootstrap = self.cluster.direct_bootstrap()
             self.manifest["cluster"] = self.cluster.status()
         elif self.options.bootstrap is None:
             c = data["cluster"]
             cfg = ClusterConfig(name=self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}",
                                 brokers=c["brokers"], controllers=c["controllers"], kafka_version=c["kafka_version"],
-                                broker_config=c["config"], node_config={int(k): v for k, v in c["node_config"].items()})
+                                broker_config=c["config"], node_config={int(k): v for k, v in c["node_config"].items()},
+                                proxy=bool(c.get("proxy", False)))
             with self.phase("provision"):
                 self.cluster = LocalCluster.up(cfg)
             stack.callback(self._teardown)
+            stack.callback(self._collect_proxy_events)
             self.bootstrap = self.cluster.bootstrap_servers()
+            self.direct_bootstrap = self.cluster.direct_bootstrap()
             self.manifest["cluster"] = self.cluster.status()
         elif any(not t.on_consumer for t in self.scenario.timeline()):
             raise KafkaproofError("broker faults need the local cluster backend; drop --bootstrap or the faults")
@@ -411,6 +501,17 @@ class ScenarioRun:
                 self.cluster.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
                 self.cluster.wait_in_sync(t["name"])
                 self.manifest["topic_description"] = self.cluster.describe_topic(t["name"])
+
+    def _collect_proxy_events(self) -> None:
+        """Keep what the fault proxies logged during this run (`work/proxy-events.jsonl`)."""
+        if self.cluster is None or not self.cluster.has_proxy:
+            return
+        try:
+            n = collect_proxy_events(self.cluster, self.manifest["clock"]["monotonic_origin_ns"], self.proxy_events_file)
+            log.info("[%s] %d proxy events kept", self.scenario.name, n)
+        except Exception as e:  # never block the teardown; the run then lacks proxy events
+            log.error("could not collect the proxy events: %s", e)
+            self.fault_errors.append(f"proxy events not collected: {e}")
 
     def _copy_node_logs(self) -> None:
         logs = self.run_dir / "logs"
@@ -485,7 +586,7 @@ class ScenarioRun:
             workers.stop_consumers()
         with self.phase("drain"):
             for iso in ("read_uncommitted", "read_committed"):
-                rows, marks = drain(self.bootstrap, topic, iso, data["drain"]["timeout_s"])
+                rows, marks = drain(self.direct_bootstrap, topic, iso, data["drain"]["timeout_s"])
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
         sampler.stop()
@@ -500,22 +601,25 @@ class ScenarioRun:
                                       f"(full log: {log_path})")
 
     def _wait_consumers_settle(self, workers: Workers, deadline: float) -> None:
-        """Let consumers read what is left: until no new reads for settle_s (bounded by drain.timeout_s)."""
+        """Let the consumers catch up: until, for every partition, some live consumer's fetch position
+        reaches the high watermark (bounded by drain.timeout_s; what they miss shows as not delivered)."""
         if not workers.consumers:
             return
-        settle = self.scenario.data["drain"]["settle_s"]
         limit = min(deadline, time.monotonic() + self.scenario.data["drain"]["timeout_s"])
-        last, since = -1, time.monotonic()
+        marks = high_watermarks(self.bootstrap, self.scenario.topic)
+        behind = marks
         while time.monotonic() < limit:
             for i, proc in list(workers.consumers.items()):
                 if proc.poll() is not None:  # a consumer left dead by a fault still gets to finish
                     workers.restart_consumer(i)
-            read = workers.progress()["read"]
-            if read != last:
-                last, since = read, time.monotonic()
-            elif time.monotonic() - since >= settle:
+            positions = workers.consumer_positions()
+            behind = {p: hw for p, hw in marks.items() if positions.get(p, -1) < hw}
+            if not behind:
+                time.sleep(self.scenario.data["drain"]["settle_s"])  # let the last commits land
                 return
             time.sleep(0.5)
+        log.warning("[%s] consumers did not reach the end of partitions %s within %ss",
+                    self.scenario.name, sorted(behind), self.scenario.data["drain"]["timeout_s"])
 
     def _show_progress(self, workers: Workers, elapsed: float, timeline: "Timeline") -> None:
         p = workers.progress()
@@ -536,7 +640,13 @@ class ScenarioRun:
         ledger.write_arrow(self.run_dir, "consumer_events", events)
         counts["sends"], counts["reads"], counts["consumer_events"] = sends.num_rows, reads.num_rows, events.num_rows
         counts["audit"] = ledger.write_table(self.run_dir, "audit", audit_rows)
-        counts["faults"] = ledger.write_table(self.run_dir, "faults", fault_rows(self.fault_log))
+        faults = fault_rows(self.fault_log)
+        counts["faults"] = ledger.write_table(self.run_dir, "faults", faults)
+        proxy_events = []
+        if self.proxy_events_file.exists():
+            from .proxy import read_events
+            proxy_events = proxy_event_rows(read_events(self.proxy_events_file), {f["fault_id"] for f in faults})
+        counts["proxy_events"] = ledger.write_table(self.run_dir, "proxy_events", proxy_events)
         counts["cluster_snapshots"] = ledger.write_table(self.run_dir, "cluster_snapshots",
                                                          self.sampler.rows if self.sampler else [])
         outcomes = sends.column("outcome").to_pylist()
@@ -545,15 +655,22 @@ class ScenarioRun:
 
 
 class Timeline:
-    """Runs a scenario's fault timeline in a thread: inject at `at`, heal after `duration`."""
+    """Runs a scenario's fault timeline: inject at `at`, heal after `duration`.
+
+    Each injection and heal runs in its own thread, so a slow one (a node that takes
+    seconds to stop or to listen again) does not delay the faults scheduled after it.
+    A heal waits for its own injection to finish first.
+    """
 
     def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float):
         self.run, self.injector, self.workers, self.t0 = run, injector, workers, t0
         self.entries = run.scenario.timeline()
-        self.pending_heals: list[tuple[float, str, Any]] = []  # (time, fault id, entry)
+        self.pending_heals: list[tuple[float, int]] = []  # (time, entry index)
+        self.fault_ids: dict[int, str] = {}  # entry index -> fault id, once injected
         self.active: dict[str, str] = {}
         self.consumer_faults: dict[str, tuple[TimelineFault, int]] = {}
-        self._injected = 0
+        self._scheduled = 0
+        self._actions: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="timeline", daemon=True)
@@ -565,30 +682,43 @@ class Timeline:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=120)
+        self._join_actions()
+
+    def _join_actions(self) -> None:
+        for thread in list(self._actions.values()):
+            thread.join(timeout=120)
 
     def finished(self) -> bool:
         """Every fault injected and every fault with a duration healed."""
-        return self._injected >= len(self.entries) and not self.pending_heals
+        return (self._scheduled >= len(self.entries) and not self.pending_heals
+                and not any(t.is_alive() for t in list(self._actions.values())))
 
     def active_descriptions(self) -> list[str]:
         with self._lock:
             return list(self.active.values())
 
+    def _spawn(self, name: str, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._actions[name] = thread
+        thread.start()
+
     def _loop(self) -> None:
-        queue = list(self.entries)
+        queue = list(enumerate(self.entries))
         while not self._stop.is_set() and (queue or self.pending_heals):
             t = time.monotonic() - self.t0
-            if queue and queue[0].at <= t:
-                self._inject(queue.pop(0))
-                self._injected += 1
+            if queue and queue[0][1].at <= t:
+                i, entry = queue.pop(0)
+                self._spawn(f"inject-{i}", self._inject, i, entry)
+                if entry.duration is not None or entry.on_consumer:
+                    self.pending_heals.append((entry.at + (entry.duration or 0.0), i))
+                self._scheduled += 1
                 continue
-            due = [h for h in self.pending_heals if h[0] <= t]
-            for h in due:
+            for h in [h for h in self.pending_heals if h[0] <= t]:
                 self.pending_heals.remove(h)
-                self._heal(h[1])
+                self._spawn(f"heal-{h[1]}", self._heal_entry, h[1])
             self._stop.wait(0.05)
 
-    def _inject(self, entry: TimelineFault) -> None:
+    def _inject(self, index: int, entry: TimelineFault) -> None:
         try:
             if entry.on_consumer:
                 fid = self._inject_consumer(entry)
@@ -599,10 +729,16 @@ class Timeline:
             log.error("fault not injected: %s", msg)
             self.run.fault_errors.append(msg)
             return
+        self.fault_ids[index] = fid
         with self._lock:
             self.active[fid] = f"{entry.spec.kind} {entry.spec.target or entry.spec.params.get('groups')}"
-        if entry.duration is not None or entry.on_consumer:
-            self.pending_heals.append((entry.at + (entry.duration or 0.0), fid, entry))
+
+    def _heal_entry(self, index: int) -> None:
+        inject = self._actions.get(f"inject-{index}")
+        if inject is not None:
+            inject.join()
+        if index in self.fault_ids:
+            self._heal(self.fault_ids[index])
 
     def _inject_consumer(self, entry: TimelineFault) -> str:
         index = int(entry.spec.target.split(":")[1])
@@ -638,8 +774,9 @@ class Timeline:
 
     def heal_everything(self) -> None:
         """Heal what is still active: scheduled heals now, duration-less faults at the end of the workload."""
-        for _, fid, _ in list(self.pending_heals):
-            self._heal(fid)
+        self._join_actions()
+        for _, index in list(self.pending_heals):
+            self._heal_entry(index)
         self.pending_heals.clear()
         for fid in list(self.consumer_faults):
             self._heal(fid)

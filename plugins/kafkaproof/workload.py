@@ -328,6 +328,14 @@ def run_consumer(spec: dict) -> int:
         reads.flush()
         counts["read"] += sum(1 for m in batch if m.error() is None)
 
+    def report_progress() -> None:
+        # Next fetch positions (past transaction markers too): the runner compares them with the high watermarks.
+        try:
+            counts["positions"] = {str(tp.partition): tp.offset for tp in consumer.position(consumer.assignment())}
+        except KafkaException:
+            pass
+        write_progress(progress, counts)
+
     poll_id = 0
     last_progress = 0.0
     while not _stop:
@@ -336,7 +344,7 @@ def run_consumer(spec: dict) -> int:
         counts["polls"] += 1
         if not batch:
             if time.monotonic() - last_progress > 0.5:
-                write_progress(progress, counts)
+                report_progress()
                 last_progress = time.monotonic()
             continue
         poll_id += 1
@@ -350,7 +358,7 @@ def run_consumer(spec: dict) -> int:
             if strategy in ("sync", "async"):
                 commit_now()
         if time.monotonic() - last_progress > 0.5:
-            write_progress(progress, counts)
+            report_progress()
             last_progress = time.monotonic()
     try:
         if strategy in ("sync", "async", "before"):

@@ -65,3 +65,12 @@ def test_fault_rows_pair_inject_and_heal(tmp_path):
     rows = fault_rows(log)
     assert [(r["fault_id"], r["heal_ns"]) for r in rows] == [("a", 9), ("b", None)]
     assert ledger.write_table(tmp_path, "faults", rows) == 2
+
+
+def test_audit_summary_is_keyed_by_partition():
+    from kafkaproof.runner import audit_summary
+    marks = {"read_uncommitted": {"0": {"low": 0, "high": 10, "complete": True, "read": 10}},
+             "read_committed": {"0": {"low": 0, "high": 10, "complete": False, "read": 7}}}
+    assert audit_summary(marks) == {"partitions": {"0": {"low": 0, "high": 10, "complete": False,
+                                                         "read_read_uncommitted": 10, "read_read_committed": 7}},
+                                    "isolations": ["read_committed", "read_uncommitted"]}

@@ -273,6 +273,18 @@ def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 15) -> dict[i
         consumer.close()
 
 
+def audit_summary(marks_by_isolation: dict[str, dict]) -> dict:
+    """Pure: the manifest's `audit` section: per partition low/high watermark and whether both drains reached high."""
+    partitions: dict[str, dict] = {}
+    for iso, marks in marks_by_isolation.items():
+        for p, m in marks.items():
+            entry = partitions.setdefault(str(p), {"low": m["low"], "high": m["high"], "complete": True})
+            entry["high"] = max(entry["high"], m["high"])
+            entry["complete"] = entry["complete"] and m["complete"]
+            entry[f"read_{iso}"] = m["read"]
+    return {"partitions": partitions, "isolations": sorted(marks_by_isolation)}
+
+
 # --- assembling the ledger -------------------------------------------------------
 
 def assemble_sends(work: Path, producers: int, audit_value_ids: set[int]) -> pa.Table:
@@ -457,7 +469,7 @@ class ScenarioRun:
         finally:
             self.manifest.update(status=status, error=error, timings=self.timings,
                                  bootstrap=self.bootstrap, direct_bootstrap=self.direct_bootstrap,
-                                 audit={"partitions": self.audit_marks},
+                                 audit=audit_summary(self.audit_marks),
                                  fault_errors=self.fault_errors)
             ledger.write_manifest(self.run_dir, self.manifest)
         log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
@@ -606,7 +618,7 @@ class ScenarioRun:
         if not workers.consumers:
             return
         limit = min(deadline, time.monotonic() + self.scenario.data["drain"]["timeout_s"])
-        marks = high_watermarks(self.bootstrap, self.scenario.topic)
+        marks = high_watermarks(self.direct_bootstrap, self.scenario.topic)
         behind = marks
         while time.monotonic() < limit:
             for i, proc in list(workers.consumers.items()):

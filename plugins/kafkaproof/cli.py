@@ -40,7 +40,7 @@ def cmd_cluster_up(args) -> int:
     from .cluster import ClusterConfig, LocalCluster
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
-                        network=args.network, heap=args.heap)
+                        network=args.network, heap=args.heap, proxy=args.proxy)
     cluster = LocalCluster.up(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
@@ -57,9 +57,13 @@ def cmd_cluster_status(args) -> int:
         return 0
     print(f"cluster {status['name']}: Kafka {status['kafka_version']}, network {status['network']}, "
           f"active controller {status['active_controller']}")
-    print(f"bootstrap: {status['bootstrap_servers']}")
+    print(f"bootstrap: {status['bootstrap_servers']}" +
+          (f" (fault proxies; direct: {status['direct_bootstrap']})" if status.get("proxy") else ""))
     for n in status["nodes"]:
-        print(f"  node {n['id']:>3} {n['roles']:<18} {n['address']:<22} pid {n['pid']} {n['state']}")
+        proxy = n.get("proxy")
+        print(f"  node {n['id']:>3} {n['roles']:<18} {n['address']:<22} pid {n['pid']} {n['state']}" +
+              (f"  proxy {proxy['address']} pid {proxy['pid']} {proxy['state']} control {proxy['control']}"
+               if proxy else ""))
     for topic, parts in status["topics"].items():
         for p, info in parts.items():
             print(f"  {topic}-{p}: leader {info['leader']} replicas {info['replicas']} isr {info['isr']}")
@@ -130,7 +134,7 @@ def cmd_fault_list(args) -> int:
     if args.kinds:
         for kind in FAULT_KINDS:
             params = ", ".join(f"{p}{'' if req else '?'}" for p, (_, req) in FAULT_PARAMS[kind].items())
-            print(f"{kind:<12} params: {params or '-'}")
+            print(f"{kind:<16} params: {params or '-'}")
         print("targets: " + ", ".join(TARGET_FORMS))
         print("partition shapes: " + ", ".join(PARTITION_SHAPES) + ", or explicit groups [[1],[2,3]]")
         return 0
@@ -249,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--config", action="append", metavar="KEY=VALUE", help="broker config, repeatable")
     up.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto")
     up.add_argument("--heap", default="512m", help="JVM heap per node (default 512m)")
+    up.add_argument("--proxy", action="store_true",
+                    help="a Kafka-aware fault proxy in front of each broker on the client path "
+                         "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole)")
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     up.set_defaults(func=cmd_cluster_up)
     stp = named(clsub.add_parser("status", help="nodes, controller, partitions, active faults"))
@@ -266,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     flsub = fl.add_subparsers(dest="fault_command", required=True)
     inj = named(flsub.add_parser("inject", help="inject a fault (see `fault list --kinds`)"))
     inj.add_argument("kind")
-    inj.add_argument("--target", help="e.g. node:2, leader:0, controller, follower:0, random")
+    inj.add_argument("--target", help="e.g. node:2, broker:2, leader:0, controller, follower:0, random, all")
     inj.add_argument("--param", action="append", metavar="KEY=VALUE", help="fault parameter, repeatable")
     inj.add_argument("--topic", help="topic for leader:/follower: targets")
     inj.add_argument("--json", action="store_true")

@@ -8,6 +8,14 @@ refused). Everything started is recorded in a state file (`state.py`) so that
 Listeners: CLIENT (9092) for clients, INTERNAL (9094) between brokers,
 CONTROLLER (9093) for the KRaft quorum, so client-path faults can spare the
 replication path.
+
+With `proxy=True` each broker gets a Kafka-aware fault proxy (`kafkaproof.proxy`,
+one process per broker, in the root namespace) and advertises the proxy's address
+on its CLIENT listener, so every client connection crosses the proxy while the
+INTERNAL and CONTROLLER traffic stays direct. kafkaproof's own admin client
+(readiness, leaders for fault targets, snapshots) and the audit drain use the
+INTERNAL listener (`direct_bootstrap()`), so a proxy fault never blinds the
+orchestrator. Proxy processes are recorded in the state file like the JVMs.
 """
 from __future__ import annotations
 
@@ -15,10 +23,12 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +49,11 @@ CONTROLLER_ID_BASE = 100
 MAX_BROKERS = 9
 
 _METADATA_TIMEOUT_S = 3.0
+# Without root the proxy of a node listens on this loopback address at the node's own
+# client port (the whole of 127.0.0.0/8 is local on Linux), so its port cannot collide.
+LOOPBACK_PROXY_HOST = "127.0.0.2"
+_PROXY_START_TIMEOUT_S = 20.0
+_PLUGINS_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class ClusterConfig:
     heap: str = "512m"
     network: str = "auto"  # auto | netns | loopback
     start_timeout_s: float = 120.0
+    proxy: bool = False  # a fault proxy per broker on the client path
 
     def validate(self) -> "ClusterConfig":
         state.check_cluster_name(self.name)
@@ -116,8 +132,15 @@ def default_broker_config(brokers: int) -> dict[str, Any]:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding.
+
+    Never one starting with '-' (as Kafka's own Uuid.randomUuid): the storage tool's
+    argument parser would take it for an option.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def node_properties(config: ClusterConfig, node: dict, nodes: list[dict], workdir: Path,
@@ -177,6 +200,13 @@ def _plan_nodes(config: ClusterConfig, slot: int, use_netns: bool) -> list[dict]
             "advertised_host": host, "advertised_port": ports[0],
             "link": link.to_json() if link else None, "process": None, "status": "new",
         })
+        if config.proxy and "broker" in config.roles(node_id):
+            # The proxy listens where clients in the root namespace reach the node: the
+            # root side of its veth (netns) or a second loopback address (loopback).
+            proxy_host = link.host_ip if link else LOOPBACK_PROXY_HOST
+            nodes[-1].update(advertised_host=proxy_host, advertised_port=ports[0])
+            nodes[-1]["proxy"] = {"listen": f"{proxy_host}:{ports[0]}", "upstream": f"{host}:{ports[0]}",
+                                  "process": None, "control": None}
     return nodes
 
 
@@ -215,6 +245,7 @@ class LocalCluster:
     def __init__(self, name: str):
         self.name = name
         self._popen: dict[int, subprocess.Popen] = {}  # children of this process, reaped here
+        self._proxy_popen: dict[int, subprocess.Popen] = {}
         self._admin = None
         st = state.load_state(name)
         self.dist = KafkaDistribution(st["kafka_version"], Path(st["kafka_libs"]), st["kafka_source"])
@@ -236,6 +267,7 @@ class LocalCluster:
             st = {"name": config.name, "slot": slot, "cluster_id": new_cluster_id(),
                   "network": "netns" if use_netns else "loopback", "kafka_version": dist.version,
                   "kafka_libs": str(dist.libs), "kafka_source": dist.source, "heap": config.heap,
+                  "proxy": config.proxy,
                   "config": {"brokers": config.brokers, "controllers": config.controllers,
                              "broker_config": dict(config.broker_config),
                              "node_config": {str(k): dict(v) for k, v in config.node_config.items()}},
@@ -277,6 +309,9 @@ class LocalCluster:
             (ndir / "server.properties").write_text(render_properties(props))
         with ThreadPoolExecutor(max_workers=len(st["nodes"])) as pool:  # each format is a JVM start
             list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"]), st["nodes"]))
+        for node in st["nodes"]:  # proxies first: brokers advertise them from their first registration
+            if node.get("proxy"):
+                self.start_proxy(node["id"])
         for node in st["nodes"]:
             self.start_node(node["id"])
 
@@ -309,6 +344,9 @@ class LocalCluster:
                     process.send_signal(ref, signal.SIGTERM if graceful else signal.SIGKILL)
         for ref in refs:
             process.terminate(ref, grace_s=15.0, reap=self._reap)
+        for node in st["nodes"]:
+            if node.get("proxy"):
+                process.terminate(ProcessRef.from_json(node["proxy"]["process"]), grace_s=5.0, reap=self._reap)
         if st["network"] == "netns":
             for node in st["nodes"]:
                 if node.get("link"):
@@ -324,7 +362,7 @@ class LocalCluster:
         log.info("cluster %s is down", self.name)
 
     def _reap(self) -> None:
-        for p in self._popen.values():
+        for p in list(self._popen.values()) + list(self._proxy_popen.values()):
             p.poll()
 
     # --- nodes ----------------------------------------------------------------
@@ -419,15 +457,116 @@ class LocalCluster:
                 time.sleep(0.2)
         raise ClusterError(f"node {node_id} is not listening on {node['host']}:{port} after {timeout_s:.0f}s")
 
+    # --- fault proxies ------------------------------------------------------------
+    @property
+    def has_proxy(self) -> bool:
+        return bool(self.state().get("proxy"))
+
+    def proxy_ids(self) -> list[int]:
+        """Node ids of the brokers that have a fault proxy."""
+        return [n["id"] for n in self.state()["nodes"] if n.get("proxy")]
+
+    def proxy_state(self, node_id: int) -> str:
+        """running / paused / dead of a broker's proxy process ('none' without a proxy)."""
+        proxy = self.node(node_id).get("proxy")
+        if not proxy:
+            return "none"
+        self._reap()
+        return process.state_of(ProcessRef.from_json(proxy["process"]))
+
+    def proxy_events_path(self, node_id: int) -> Path:
+        return self.node_dir(node_id) / "proxy-events.jsonl"
+
+    def start_proxy(self, node_id: int) -> None:
+        """Start (or restart) the fault proxy in front of one broker; no-op if it is running.
+
+        The proxy runs in the root namespace in its own session (it outlives the
+        process that started it, like the JVMs); `down()` stops it. Its control port
+        and pid are recorded in the state file once it printed its ready line.
+        """
+        node = self.node(node_id)
+        proxy = node.get("proxy")
+        if not proxy:
+            raise ClusterError(f"node {node_id} has no fault proxy (start the cluster with --proxy)")
+        if process.state_of(ProcessRef.from_json(proxy["process"])) != "dead":
+            return
+        ndir = self.node_dir(node_id)
+        ndir.mkdir(parents=True, exist_ok=True)
+        ready_file = ndir / "proxy.ready.json"
+        ready_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "kafkaproof.proxy", "--listen", f"{node_id}@{proxy['listen']}={proxy['upstream']}",
+               "--control", "127.0.0.1:0", "--events", str(self.proxy_events_path(node_id)),
+               "--no-rewrite", "--log-level", "INFO"]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PLUGINS_DIR, env.get("PYTHONPATH")) if p)
+        with open(ready_file, "wb") as out, open(ndir / "proxy.log", "ab") as err:
+            popen = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=ndir, env=env,
+                                     start_new_session=True)
+        self._proxy_popen[node_id] = popen
+        ref = process.ref_for(popen.pid)
+        with state.update_state(self.name) as st:  # recorded before we wait: a crash now still kills it
+            for n in st["nodes"]:
+                if n["id"] == node_id:
+                    n["proxy"].update(process=ref.to_json(), control=None)
+        deadline = time.monotonic() + _PROXY_START_TIMEOUT_S
+        ready = None
+        while time.monotonic() < deadline:
+            text = ready_file.read_text() if ready_file.exists() else ""
+            if "\n" in text:
+                ready = json.loads(text.split("\n", 1)[0])
+                break
+            if popen.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not ready or not ready.get("ready"):
+            process.terminate(ref, grace_s=2.0, reap=self._reap)
+            tail = (ndir / "proxy.log").read_text(errors="replace").strip().splitlines()[-5:]
+            raise ClusterError(f"the fault proxy of node {node_id} did not start ({proxy['listen']} -> "
+                               f"{proxy['upstream']}): {' | '.join(tail)}")
+        with state.update_state(self.name) as st:
+            for n in st["nodes"]:
+                if n["id"] == node_id:
+                    n["proxy"]["control"] = ready["control"]
+        log.info("proxy of node %d started (pid %d): %s -> %s, control %s", node_id, popen.pid,
+                 proxy["listen"], proxy["upstream"], ready["control"])
+
+    def stop_proxy(self, node_id: int) -> None:
+        proxy = self.node(node_id).get("proxy")
+        if proxy:
+            process.terminate(ProcessRef.from_json(proxy["process"]), grace_s=5.0, reap=self._reap)
+
+    def proxy_control(self, node_id: int):
+        """A connected control client of a broker's proxy (close it after use)."""
+        from .proxy import ControlClient
+        proxy = self.node(node_id).get("proxy")
+        if not proxy:
+            raise FaultError(f"node {node_id} has no fault proxy; proxies front the brokers "
+                             f"{self.proxy_ids() or '(none: start the cluster with --proxy)'}")
+        if not proxy.get("control") or self.proxy_state(node_id) == "dead":
+            raise FaultError(f"the fault proxy of node {node_id} is not running")
+        return ControlClient(proxy["control"], timeout=10.0)
+
     # --- cluster-wide views ---------------------------------------------------
     def bootstrap_servers(self) -> str:
+        """What clients use: the brokers' advertised CLIENT addresses (the proxies, with --proxy)."""
         return ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in self.state()["nodes"]
                         if "broker" in n["roles"])
+
+    def direct_bootstrap(self) -> str:
+        """Bootstrap that never crosses a fault proxy: the INTERNAL listeners with --proxy, else the clients'.
+
+        A client bootstrapped here gets INTERNAL addresses in metadata, so all its
+        connections stay direct. kafkaproof's admin client and the audit drain use it.
+        """
+        st = self.state()
+        if not st.get("proxy"):
+            return self.bootstrap_servers()
+        return ",".join(f"{n['host']}:{n['internal_port']}" for n in st["nodes"] if "broker" in n["roles"])
 
     def admin(self):
         from confluent_kafka.admin import AdminClient
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers(),
+            self._admin = AdminClient({"bootstrap.servers": self.direct_bootstrap(),
                                        "socket.connection.setup.timeout.ms": 3000,
                                        "reconnect.backoff.max.ms": 1000,
                                        # Connection refusals while nodes start or are faulted are expected.
@@ -465,7 +604,7 @@ class LocalCluster:
             except Exception as e:  # KafkaException; the message is what matters
                 last = e
                 self._admin = None
-        raise ClusterError(f"cannot read metadata from {self.bootstrap_servers()}: {last}") from last
+        raise ClusterError(f"cannot read metadata from {self.direct_bootstrap()}: {last}") from last
 
     def registered_brokers(self) -> set[int]:
         return set(self.metadata().brokers)
@@ -503,6 +642,8 @@ class LocalCluster:
             except ClusterError as e:
                 registered, last = set(), str(e)
             if controller is not None and expected <= registered:
+                if self.has_proxy:
+                    self._check_proxies(max(5.0, deadline - time.monotonic()))
                 log.info("cluster %s ready: brokers %s, active controller %s, bootstrap %s",
                          self.name, sorted(registered), controller, self.bootstrap_servers())
                 return
@@ -510,6 +651,28 @@ class LocalCluster:
             time.sleep(0.5)
         raise ClusterError(f"cluster {self.name} not ready after {timeout_s:.0f}s ({last}); "
                            f"node logs in {state.cluster_dir(self.name)}")
+
+    def _check_proxies(self, timeout_s: float) -> None:
+        """Every proxy answers on its control port and metadata is readable through the proxies."""
+        from confluent_kafka.admin import AdminClient
+        for nid in self.proxy_ids():
+            if self.node_state(nid) != "running":
+                continue
+            client = self.proxy_control(nid)
+            try:
+                client.call("ping")
+            finally:
+                client.close()
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers(), "logger": logs.librdkafka_logger(),
+                             "log_level": 2})
+        try:
+            md = admin.list_topics(timeout=timeout_s)
+        except Exception as e:
+            raise ClusterError(f"metadata not readable through the fault proxies {self.bootstrap_servers()}: {e}") from e
+        advertised = {f"{b.host}:{b.port}" for b in md.brokers.values()}
+        expected = {n["proxy"]["listen"] for n in self.state()["nodes"] if n.get("proxy")}
+        if not advertised <= expected:
+            raise ClusterError(f"brokers advertise {sorted(advertised)}, not their proxies {sorted(expected)}")
 
     def status(self) -> dict:
         """Status as JSON-able dict: nodes, active controller, per topic-partition leader/replicas/ISR."""
@@ -521,6 +684,10 @@ class LocalCluster:
                           "namespace": n["link"]["namespace"] if n.get("link") else None,
                           "pid": ref.pid if ref else None, "state": self.node_state(n["id"]),
                           "alive": self.node_state(n["id"]) == "running", "paused": self.node_state(n["id"]) == "paused"})
+            if n.get("proxy"):
+                pref = ProcessRef.from_json(n["proxy"]["process"])
+                nodes[-1]["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
+                                      "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
         topics: dict[str, dict] = {}
         error = None
         try:
@@ -532,6 +699,7 @@ class LocalCluster:
             error = str(e)
         return {"name": self.name, "kafka_version": st["kafka_version"], "network": st["network"],
                 "cluster_id": st["cluster_id"], "bootstrap_servers": self.bootstrap_servers(),
+                "proxy": bool(st.get("proxy")), "direct_bootstrap": self.direct_bootstrap(),
                 "active_controller": self.active_controller(), "nodes": nodes, "topics": topics,
                 "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")} for f in st["faults"]],
                 "metadata_error": error}
@@ -565,7 +733,15 @@ class LocalCluster:
         """Partitions (leader, replicas, ISR) and the non-default configs of a topic."""
         from confluent_kafka.admin import ConfigResource
         res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        cfg = self.admin().describe_configs([res])[res].result(timeout=10)
+        deadline = time.monotonic() + 10
+        while True:  # a broker may learn of a topic just created a moment after another one did
+            try:
+                cfg = self.admin().describe_configs([res])[res].result(timeout=10)
+                break
+            except Exception as e:
+                if "UNKNOWN_TOPIC_OR_PART" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         return {"topic": topic, "partitions": self.partitions(topic),
                 "config": {k: v.value for k, v in cfg.items() if not v.is_default}}
 

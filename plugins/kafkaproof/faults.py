@@ -1,4 +1,4 @@
-"""Faults: process faults (signals) and network faults (nftables, tc) on a LocalCluster.
+"""Faults: process faults (signals), network faults (nftables, tc) and proxy faults on a LocalCluster.
 
 A `FaultSpec` says what to do (kind, target expression, parameters). A
 `FaultInjector` resolves the target at injection time (e.g. the *current*
@@ -6,9 +6,17 @@ leader of a partition), applies the fault, records it in the cluster's state
 file with everything needed to heal it, and appends inject/heal events with
 monotonic and wall-clock times to a JSON-lines fault log. Every fault has a
 heal; `heal_all` heals what a crashed run left behind.
+
+Proxy faults (`lost_ack`, `error`, `latency`, `proxy_bandwidth`, `reset`,
+`blackhole`) need a cluster started with the fault proxy (`cluster up --proxy`,
+scenario `cluster.proxy`). Each is one rule, whose id is the fault id, installed
+over the control port of the proxy in front of every broker the target resolves
+to; healing removes the rule. The proxies log every action on a request with
+that rule id (see docs/proxy.md), which ties it to the fault.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -28,7 +36,20 @@ log = logging.getLogger(__name__)
 
 PROCESS_KINDS = ("kill", "stop", "pause", "restart")
 NETWORK_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss", "bandwidth")
-FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS
+PROXY_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
+FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS
+
+_NUM = (int, float)
+# Request filters of every proxy fault (docs/proxy.md "Rules"), and the random draw/limit.
+_PROXY_MATCH = {"api": ((str, int, list), False), "topic": (str, False), "partitions": ((int, list), False),
+                "client_id": (str, False)}
+_PROXY_DRAW = {"probability": (_NUM, False), "count": (int, False)}
+# Proxy rule action of each proxy fault kind (`bandwidth` is taken by the tc fault).
+PROXY_ACTIONS = {"lost_ack": "lost_ack", "error": "error", "latency": "latency", "proxy_bandwidth": "bandwidth",
+                 "reset": "reset", "blackhole": "blackhole"}
+# Kinds whose rule applies to Produce unless `api` says otherwise.
+PROXY_DEFAULT_API = {"lost_ack": "produce", "error": "produce"}
+_PROXY_RULE_ID_RE = re.compile(r"^(" + "|".join(PROXY_KINDS) + r")-[0-9a-f]{8}$")
 
 # Parameters each kind accepts: name -> (type, required)
 FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
@@ -42,14 +63,22 @@ FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
     "cut_clients": {},
     "packet_loss": {"percent": ((int, float), True)},
     "bandwidth": {"rate_kbit": (int, True)},
+    "lost_ack": {**_PROXY_MATCH, **_PROXY_DRAW, "reset": (bool, False)},
+    "error": {**_PROXY_MATCH, **_PROXY_DRAW, "error": ((int, str), True), "forward": (bool, False)},
+    "latency": {**_PROXY_MATCH, **_PROXY_DRAW, "direction": (str, False), "ms": (_NUM, False),
+                "min_ms": (_NUM, False), "max_ms": (_NUM, False), "mean_ms": (_NUM, False),
+                "stddev_ms": (_NUM, False), "dist": (str, False)},
+    "proxy_bandwidth": {**_PROXY_MATCH, "bytes_per_s": (_NUM, True), "direction": (str, False)},
+    "reset": {**_PROXY_MATCH, **_PROXY_DRAW, "after_bytes": (int, False), "direction": (str, False)},
+    "blackhole": {**_PROXY_MATCH, **_PROXY_DRAW},
 }
 # Kinds whose target is implied by params; target is optional for them.
 TARGETLESS = ("partition",)
 
-TARGET_FORMS = ("node:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
+TARGET_FORMS = ("node:<id>", "broker:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
                 "follower:<partition>", "follower:<topic>:<partition>", "controller", "random", "brokers", "all")
 PARTITION_SHAPES = ("majority-minority", "leader-minority:<partition>", "bridge", "controller-minority")
-_TARGET_RE = re.compile(r"^(node:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|follower:([\w.-]+:)?\d+|"
+_TARGET_RE = re.compile(r"^(node:\d+|broker:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|follower:([\w.-]+:)?\d+|"
                         r"controller|random|brokers|all)$")
 
 
@@ -92,11 +121,40 @@ class FaultSpec:
                              f"{', '.join(TARGET_FORMS)}")
         if self.kind == "partition":
             _validate_groups(self.params["groups"], f"{where}.params.groups")
+        if self.kind in PROXY_KINDS:
+            _validate_proxy_rule(self, where)
         return self
 
     @property
     def is_network(self) -> bool:
         return self.kind in NETWORK_KINDS
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.kind in PROXY_KINDS
+
+
+def proxy_rule(spec: FaultSpec, rule_id: str | None = None) -> dict[str, Any]:
+    """Pure: the proxy rule (docs/proxy.md) of a proxy fault; its id is the fault id."""
+    rule: dict[str, Any] = {"action": PROXY_ACTIONS[spec.kind], **spec.params}
+    if spec.kind in PROXY_DEFAULT_API:
+        rule.setdefault("api", PROXY_DEFAULT_API[spec.kind])
+    if rule_id is not None:
+        rule["id"] = rule_id
+    return rule
+
+
+def _validate_proxy_rule(spec: FaultSpec, where: str) -> None:
+    """The proxy's own rule parser has the last word (value ranges, error names, combinations)."""
+    from .proxy.errors import RuleError
+    from .proxy.rules import parse_rule
+    try:
+        parse_rule(proxy_rule(spec))
+    except RuleError as e:
+        message = str(e)
+        names = [n for n in re.findall(r"'(\w+)'", message) if n in FAULT_PARAMS[spec.kind]]
+        field_ = f"params.{names[0]}" if names else "params"
+        raise FaultError(f"{where}.{field_}: {message}") from None
 
 
 def _typename(typ) -> str:
@@ -131,6 +189,8 @@ class ActiveFault:
     start_ns: int
     start_wall: str
     heal: dict  # how to heal: {"restart": [ids]} / {"resume": [ids]} / {"nft": [[ns, table]], "tc": [links]}
+    #            / {"proxy_rules": [[node id, rule id]]}
+    rule: dict | None = None  # proxy faults: the rule installed in the proxies
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -264,8 +324,8 @@ class FaultInjector:
     def resolve(self, target: str) -> list[int]:
         """Node ids a target expression means right now."""
         c = self.cluster
-        if target.startswith("node:"):
-            ids = [int(target[5:])]
+        if target.startswith("node:") or target.startswith("broker:"):
+            ids = [int(target.split(":", 1)[1])]
         elif target.startswith("nodes:"):
             ids = [int(x) for x in target[6:].split(",")]
         elif target.startswith("leader:"):
@@ -292,6 +352,19 @@ class FaultInjector:
         return ids
 
     # inject / heal ---------------------------------------------------------------
+    def resolve_proxied(self, target: str) -> list[int]:
+        """Brokers with a fault proxy that a target means right now (`all`/`random`: among them)."""
+        proxied = self.cluster.proxy_ids()
+        if target == "all":
+            return proxied
+        if target == "random":
+            return [self.rng.choice(proxied)]
+        ids = self.resolve(target)
+        for i in ids:
+            if i not in proxied:
+                raise FaultError(f"node {i} has no fault proxy (target {target!r}); proxied brokers: {proxied}")
+        return ids
+
     def inject(self, spec: FaultSpec) -> ActiveFault:
         """Resolve the target, apply the fault, record it; returns the active fault."""
         spec.validate()
@@ -299,9 +372,16 @@ class FaultInjector:
         if spec.is_network and st["network"] != "netns":
             raise FaultError(f"network fault {spec.kind!r} needs nodes in network namespaces (run as root); "
                              f"this cluster runs on loopback")
+        if spec.is_proxy and not st.get("proxy"):
+            raise FaultError(f"proxy fault {spec.kind!r} needs the fault proxy: start the cluster with "
+                             f"`kafkaproof cluster up --proxy` (scenarios: cluster.proxy: true)")
         fault_id = f"{spec.kind}-{uuid.uuid4().hex[:8]}"
-        nodes = [] if spec.kind in TARGETLESS else self.resolve(spec.target)
+        if spec.is_proxy:
+            nodes = self.resolve_proxied(spec.target)
+        else:
+            nodes = [] if spec.kind in TARGETLESS else self.resolve(spec.target)
         heal: dict[str, Any] = {}
+        rule = None
         params = dict(spec.params)
         links = {n["id"]: network.NodeLink.from_json(n["link"]) for n in st["nodes"] if n.get("link")}
         ips = {nid: link.node_ip for nid, link in links.items()}
@@ -321,6 +401,22 @@ class FaultInjector:
                 self.cluster.stop_node(n, graceful=bool(params.get("graceful", True)))
                 self.cluster.start_node(n)
             heal = {}
+        elif spec.is_proxy:
+            rule = proxy_rule(spec, fault_id)
+            added: list[list] = []
+            try:
+                for n in nodes:
+                    client = self.cluster.proxy_control(n)
+                    try:
+                        client.add_rule(rule)
+                    finally:
+                        client.close()
+                    added.append([n, fault_id])
+            except Exception as e:
+                with contextlib.suppress(Exception):
+                    _remove_proxy_rules(self.cluster, added)
+                raise FaultError(f"{spec.kind} on {spec.target}: the proxy refused the rule: {e}") from e
+            heal = {"proxy_rules": added}
         else:
             plan = self._network_plan(spec, nodes, ips)
             applied: list[list[str]] = []
@@ -338,7 +434,7 @@ class FaultInjector:
                 nodes = sorted(i for g in plan.groups for i in g)
                 params["resolved_groups"] = plan.groups
 
-        fault = ActiveFault(fault_id, spec.kind, spec.target, nodes, params, start_ns, start_wall, heal)
+        fault = ActiveFault(fault_id, spec.kind, spec.target, nodes, params, start_ns, start_wall, heal, rule)
         with state.update_state(self.cluster.name) as s:
             s["faults"].append(fault.to_json())
         self.injected.append(fault_id)
@@ -383,18 +479,21 @@ class FaultInjector:
                 self.injected.remove(fault_id)
             return
         fault = match[0]
-        _apply_heal(self.cluster, fault["heal"], restart_nodes=True)
+        stats = _apply_heal(self.cluster, fault["heal"], restart_nodes=True)
         heal_ns, heal_wall = now()
         with state.update_state(self.cluster.name) as s:
             s["faults"] = [f for f in s["faults"] if f["fault_id"] != fault_id]
         if fault_id in self.injected:
             self.injected.remove(fault_id)
-        self._log("heal", fault, heal_ns, heal_wall)
-        log.info("healed %s", fault_id)
+        self._log("heal", fault, heal_ns, heal_wall, stats)
+        log.info("healed %s%s", fault_id, f" (proxy rule fired {stats['proxy_fired']} times)" if stats else "")
 
-    def _log(self, event: str, fault: dict, mono_ns: int, wall: str) -> None:
+    def _log(self, event: str, fault: dict, mono_ns: int, wall: str, extra: dict | None = None) -> None:
         record = {"event": event, "fault_id": fault["fault_id"], "kind": fault["kind"], "target": fault["target"],
                   "nodes": fault["nodes"], "params": fault["params"], "mono_ns": mono_ns, "wall": wall}
+        if fault.get("rule") is not None:
+            record["rule"] = fault["rule"]
+        record.update(extra or {})
         for path in self.log_paths:
             append_fault_log(path, record)
 
@@ -405,8 +504,40 @@ def append_fault_log(path: Path, record: dict) -> None:
         f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def _apply_heal(cluster, heal: dict, restart_nodes: bool) -> None:
+def _remove_proxy_rules(cluster, pairs: list) -> dict[str, int]:
+    """Remove proxy rules ([node id, rule id] pairs); returns how often they fired/matched in total.
+
+    A proxy that is not running has no rules left to remove.
+    """
+    from .proxy import ControlError
+    fired = matched = 0
     errors = []
+    for nid, rule_id in pairs:
+        try:
+            client = cluster.proxy_control(nid)
+        except FaultError as e:
+            log.warning("rule %s on node %d: %s; nothing to remove", rule_id, nid, e)
+            continue
+        try:
+            for r in client.rules():
+                if r.get("id") == rule_id:  # a bandwidth rule never "fires"; it paces what it matches
+                    fired += int(r.get("matched" if r.get("action") == "bandwidth" else "fired", 0))
+                    matched += int(r.get("matched", 0))
+            client.remove_rule(rule_id)
+        except ControlError as e:
+            if cluster.proxy_state(nid) != "dead":
+                errors.append(f"proxy of node {nid}: {e}")
+        finally:
+            client.close()
+    if errors:
+        raise FaultError("removing proxy rules failed: " + "; ".join(errors))
+    return {"proxy_fired": fired, "proxy_matched": matched}
+
+
+def _apply_heal(cluster, heal: dict, restart_nodes: bool) -> dict | None:
+    """Undo a fault's effects; returns the proxy rule counters for proxy faults, else None."""
+    errors = []
+    stats = _remove_proxy_rules(cluster, heal["proxy_rules"]) if heal.get("proxy_rules") else None
     for ns, table in heal.get("nft", []):
         network.nft_delete_table(ns, table)
     for link in heal.get("tc", []):
@@ -428,6 +559,7 @@ def _apply_heal(cluster, heal: dict, restart_nodes: bool) -> None:
                 errors.append(str(e))
     if errors:
         raise FaultError("healing failed: " + "; ".join(errors))
+    return stats
 
 
 def heal_all(cluster, restart_nodes: bool = True) -> list[str]:
@@ -439,11 +571,11 @@ def heal_all(cluster, restart_nodes: bool = True) -> list[str]:
             injector.heal(fid)
         else:
             fault = next(f for f in cluster.state()["faults"] if f["fault_id"] == fid)
-            _apply_heal(cluster, fault["heal"], restart_nodes=False)
+            stats = _apply_heal(cluster, fault["heal"], restart_nodes=False)
             heal_ns, heal_wall = now()
             with state.update_state(cluster.name) as s:
                 s["faults"] = [f for f in s["faults"] if f["fault_id"] != fid]
-            injector._log("heal", fault, heal_ns, heal_wall)
+            injector._log("heal", fault, heal_ns, heal_wall, stats)
     # Rules a crash left between applying them and recording the fault.
     for nid in cluster.node_ids():
         link = cluster.node(nid).get("link")
@@ -451,4 +583,18 @@ def heal_all(cluster, restart_nodes: bool = True) -> list[str]:
             for table in network.nft_tables(link["namespace"]):
                 if network.NFT_TABLE_RE.match(table):
                     network.nft_delete_table(link["namespace"], table)
+    # Proxy rules a crash left between installing them and recording the fault.
+    for nid in cluster.proxy_ids():
+        try:
+            client = cluster.proxy_control(nid)
+        except FaultError:
+            continue
+        try:
+            for r in client.rules():
+                if _PROXY_RULE_ID_RE.match(str(r.get("id"))):
+                    client.remove_rule(r["id"])
+        except Exception as e:  # a proxy that cannot be reached is stopped by `down` anyway
+            log.warning("could not clear leftover rules of node %d's proxy: %s", nid, e)
+        finally:
+            client.close()
     return ids

@@ -79,6 +79,32 @@ FAULTS = pa.schema([
     ("heal_ns", pa.int64()),
     ("start_wall", pa.string()),
     ("heal_wall", pa.string()),
+    # Proxy faults only (null otherwise); appended last so older readers keep working.
+    ("proxy_rule", pa.string()),
+    ("proxy_fired", pa.int64()),
+])
+
+# One row per action the fault proxies took on a request (their `fault` events).
+PROXY_EVENTS = pa.schema([
+    ("ts_ns", pa.int64()),
+    ("fault_id", pa.string()),
+    ("rule_id", pa.string()),
+    ("broker", pa.int32()),
+    ("proxy", pa.string()),
+    ("conn", pa.int64()),
+    ("client_id", pa.string()),
+    ("api", pa.string()),
+    ("api_key", pa.int32()),
+    ("api_version", pa.int32()),
+    ("correlation_id", pa.int32()),
+    ("action", pa.string()),
+    ("phase", pa.string()),
+    ("topic", pa.string()),
+    ("partitions", pa.list_(pa.int32())),
+    ("base_offsets", pa.list_(pa.int64())),
+    ("error_code", pa.int32()),
+    ("delay_ms", pa.float64()),
+    ("detail", pa.string()),
 ])
 
 CLUSTER_SNAPSHOTS = pa.schema([
@@ -98,7 +124,10 @@ TABLES: dict[str, pa.Schema] = {
     "audit": AUDIT,
     "faults": FAULTS,
     "cluster_snapshots": CLUSTER_SNAPSHOTS,
+    "proxy_events": PROXY_EVENTS,
 }
+# Tables that runs written before they existed lack: read as empty.
+OPTIONAL_TABLES = ("proxy_events",)
 
 SEND_OUTCOMES = ("ok", "fail", "indefinite")
 MANIFEST = "manifest.json"
@@ -166,6 +195,8 @@ def read_table(run_dir: Path, name: str) -> pa.Table:
     """Read ledger table `name`; raises LedgerError naming the file when missing."""
     path = table_path(run_dir, name)
     if not path.exists():
+        if name in OPTIONAL_TABLES:
+            return TABLES[name].empty_table()
         raise LedgerError(f"{path}: ledger table missing (was the run interrupted?)")
     return pq.read_table(path, schema=TABLES[name])
 

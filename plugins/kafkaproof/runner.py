@@ -521,6 +521,11 @@ class ScenarioRun:
         try:
             n = collect_proxy_events(self.cluster, self.manifest["clock"]["monotonic_origin_ns"], self.proxy_events_file)
             log.info("[%s] %d proxy events kept", self.scenario.name, n)
+            (self.run_dir / "logs").mkdir(exist_ok=True)
+            for nid in self.cluster.proxy_ids():
+                src = self.cluster.node_dir(nid) / "proxy.log"
+                if src.exists():
+                    shutil.copy(src, self.run_dir / "logs" / f"proxy-{nid}.log")
         except Exception as e:  # never block the teardown; the run then lacks proxy events
             log.error("could not collect the proxy events: %s", e)
             self.fault_errors.append(f"proxy events not collected: {e}")

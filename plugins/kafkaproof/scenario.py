@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from .errors import FaultError, ScenarioError
-from .faults import FAULT_KINDS, FaultSpec
+from .faults import FAULT_KINDS, PROXY_KINDS, FaultSpec
 from .install import DEFAULT_KAFKA_VERSION, check_version
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
@@ -55,6 +55,9 @@ SCHEMA: dict[str, Any] = {
                 "config": _CONFIG_MAP,
                 "node_config": {"type": "object", "patternProperties": {"^[0-9]+$": _CONFIG_MAP},
                                 "additionalProperties": False},
+                "proxy": {"type": "boolean",
+                          "description": "a fault proxy in front of each broker on the client path "
+                                         "(default: on when the timeline has a proxy fault)"},
             }},
         "topic": {
             "type": "object", "additionalProperties": False,
@@ -104,10 +107,13 @@ SCHEMA: dict[str, Any] = {
                       "properties": {"at": {"type": "number", "minimum": 0,
                                             "description": "seconds after the workload starts"},
                                      "kind": {"enum": list(FAULT_KINDS)},
-                                     "target": {"type": "string"},
+                                     "target": {"type": "string",
+                                                "description": "node:<id>, broker:<id>, leader:<p>, all, ... "
+                                                               "(resolved when injected)"},
                                      "duration": {"type": "number", "minimum": 0,
                                                   "description": "heal after this many seconds (default: when producers finish)"},
-                                     "params": {"type": "object"}}}},
+                                     "params": {"type": "object",
+                                                "description": "kind-specific; see `kafkaproof fault list --kinds`"}}}},
         "drain": {"type": "object", "additionalProperties": False,
                   "properties": {"timeout_s": {"type": "number", "exclusiveMinimum": 0},
                                  "settle_s": {"type": "number", "minimum": 0}}},
@@ -256,6 +262,13 @@ def _check_semantics(data: dict, source: str) -> None:
         cons.setdefault("group", f"kp-{data['name']}")
     if cons["mode"] == "assign" and cons["count"] > 1:
         fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
+    proxy_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in PROXY_KINDS]
+    if proxy_faults:
+        if data["cluster"].get("proxy") is False:
+            i = proxy_faults[0]
+            fail("cluster.proxy", f"false, but faults[{i}] ({data['faults'][i]['kind']}) needs the fault proxy; "
+                                  f"remove cluster.proxy or set it to true")
+        data["cluster"]["proxy"] = True  # implied (only written when on: older scenarios keep their hash)
     for i, f in enumerate(data["faults"]):
         where = f"faults[{i}]"
         target = f.get("target", "")
@@ -280,6 +293,13 @@ def _check_semantics(data: dict, source: str) -> None:
                 for nid in target[len(prefix):].split(","):
                     if int(nid) not in node_ids:
                         fail(f"{where}.target", f"node {nid} does not exist; nodes are {node_ids}")
+        if target.startswith("broker:") and int(target[7:]) not in range(1, brokers + 1):
+            fail(f"{where}.target", f"broker {target[7:]} does not exist; brokers are 1..{brokers}")
+        if f["kind"] in PROXY_KINDS:
+            named = [int(x) for x in target.split(":", 1)[1].split(",")] if target.startswith(("node:", "nodes:")) else []
+            if any(n > brokers for n in named) or (target == "controller" and controllers):
+                fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
+                                        f"(1..{brokers}): they act on the clients' requests")
 
 
 def load(path: str | Path) -> Scenario:

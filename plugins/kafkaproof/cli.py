@@ -194,7 +194,7 @@ def cmd_analyze(args) -> int:
     from pathlib import Path
     from .analysis import analyze
     metrics = analyze(Path(args.run_dir), master=args.master) if args.master else analyze(Path(args.run_dir))
-    anomalies = {k: v for k, v in metrics.get("anomalies", {}).items() if v}
+    anomalies = {k: v for k, v in metrics.get("counts", {}).items() if v}
     print(f"analysis written to {Path(args.run_dir) / 'analysis'}; anomalies: "
           + (", ".join(f"{k}={v}" for k, v in sorted(anomalies.items())) or "none"))
     return 0

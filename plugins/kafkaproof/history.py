@@ -35,12 +35,8 @@ SCENARIO_RUNS = sa.Table(
     sa.Column("report", sa.String(500)),
 )
 
-# Metrics compared against history: name -> (path in metrics.json, "lower is better")
-TRENDED_METRICS: dict[str, tuple[str, ...]] = {
-    "recovery_s": ("availability", "recovery_s_max"),
-    "unavailable_s": ("availability", "unavailable_s"),
-    "publish_p99_ms": ("latency", "publish", "overall", "p99"),
-}
+# Metrics compared against history (lower is better), from analysis/metrics.json.
+TRENDED_METRICS = ("recovery_s", "unavailable_s", "publish_p99_ms")
 
 
 def history_url() -> str:
@@ -67,11 +63,20 @@ def dig(d: Mapping[str, Any] | None, path: Iterable[str]) -> Any:
 
 
 def key_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The numbers kept in history: anomaly counts and the trended metrics."""
-    out: dict[str, Any] = {name: dig(metrics, path) for name, path in TRENDED_METRICS.items()}
-    out["anomalies"] = dict(metrics.get("anomalies", {}))
-    out["outcomes"] = dict(metrics.get("outcomes", {}))
-    return out
+    """The numbers kept in history: anomaly counts, outcomes and the trended metrics.
+
+    recovery_s: the longest time, over the run's faults, from injection until acks resumed
+    after the last error; unavailable_s: seconds with sends but no ack; publish_p99_ms: p99
+    of send→ack over the whole run.
+    """
+    resumes = [f["acks_resume_ms"] for f in metrics.get("faults", []) if f.get("acks_resume_ms") is not None]
+    return {
+        "recovery_s": max(resumes) / 1000 if resumes else None,
+        "unavailable_s": dig(metrics, ("availability", "seconds_unavailable")),
+        "publish_p99_ms": dig(metrics, ("latency_ms", "publish", "p99")),
+        "anomalies": {k: v for k, v in dict(metrics.get("counts", {})).items() if v},
+        "outcomes": dict(metrics.get("outcomes", {})),
+    }
 
 
 def record(row: Mapping[str, Any], url: str | None = None) -> None:

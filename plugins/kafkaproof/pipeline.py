@@ -142,9 +142,9 @@ def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history:
     else:
         result = json.loads(result_path.read_text())
         summary.verdict = result["status"]
-        summary.violations = [r["message"] for r in result.get("rows", []) if r.get("violated")]
+        summary.violations = [r["summary"] for r in result.get("rows", []) if not r.get("ok")]
         if result["status"] == "error":
-            summary.error = result.get("error")
+            summary.error = "; ".join(result.get("errors") or ["validation error"])
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
     summary.metrics = history.key_metrics(metrics)
     if summary.verdict == "pass" and summary.expect == "pass":

@@ -38,6 +38,7 @@ class Golden:
     consumers: list[dict[str, Any]] = field(default_factory=list)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TABLES})
     partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
+    analysis_from: str | None = None  # same ledger as that golden: reuse its analysis (only the manifest differs)
     _next_offset: dict[int, int] = field(default_factory=dict)
     _poll: dict[int, int] = field(default_factory=dict)
 
@@ -202,6 +203,7 @@ def lost_detected() -> Golden:
     """The `lost` history as a negative control expecting `lost`: passes."""
     g = lost()
     g.name, g.expect, g.status = "lost_detected", {"outcome": "detect", "detect": ["lost"]}, "pass"
+    g.analysis_from = "lost"
     return g
 
 
@@ -269,6 +271,7 @@ def duplicates_allowed() -> Golden:
     """The same history under at-least-once: duplicates are allowed, so it passes."""
     g = duplicates()
     g.name, g.guarantee, g.status = "duplicates_allowed", "at-least-once", "pass"
+    g.analysis_from = "duplicates"
     return g
 
 
@@ -354,6 +357,7 @@ def reordering_allowed() -> Golden:
     """The same history under at-least-once: ordering is not promised, passes."""
     g = reordering()
     g.name, g.guarantee, g.status = "reordering_allowed", "at-least-once", "pass"
+    g.analysis_from = "reordering"
     return g
 
 
@@ -411,6 +415,7 @@ def incomplete_manifest() -> Golden:
     """A clean history whose manifest says the run was interrupted: error, never pass."""
     g = detect_missing()
     g.name, g.expect, g.manifest_status, g.status = "incomplete_manifest", {"outcome": "pass", "detect": []}, "incomplete", "error"
+    g.analysis_from = "detect_missing"
     return g
 
 
@@ -424,3 +429,8 @@ GOLDENS: dict[str, Callable[[], Golden]] = {f.__name__: f for f in (
 def write_all(root: Path) -> dict[str, Path]:
     """Write every golden run under `root`; returns name -> run dir."""
     return {name: build().write(root / name) for name, build in GOLDENS.items()}
+
+
+def needs_analysis(goldens: dict[str, Golden]) -> list[str]:
+    """Goldens whose ledger is their own (the others reuse the analysis of `analysis_from`)."""
+    return [name for name, g in goldens.items() if g.analysis_from is None]

@@ -12,7 +12,8 @@ def setup(verbose: bool = False) -> None:
     """Configure root logging once (level from --verbose or $KAFKAPROOF_LOG_LEVEL)."""
     level = "DEBUG" if verbose else os.environ.get("KAFKAPROOF_LOG_LEVEL", "INFO")
     logging.basicConfig(level=level, format=FORMAT, datefmt=DATEFMT)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    for noisy in ("py4j", "great_expectations"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def librdkafka_logger() -> logging.Logger:

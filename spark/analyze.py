@@ -1,0 +1,1060 @@
+"""kafkaproof analysis job: turn run directories into exact, explainable anomaly counts.
+
+Run as ``spark-submit spark/analyze.py <run_dir> [<run_dir> ...]``. For each run
+directory it reads the ledger (see docs/ledger-schema.md) and writes
+``<run_dir>/analysis/``: ``values.parquet``, ``anomalies.parquet``,
+``timeseries.parquet`` and ``metrics.json``. Every definition is documented in
+docs/analysis.md; keep the two in step.
+
+Self-contained on purpose (pyspark + stdlib only): spark-submit ships this one file.
+Importable for tests: nothing runs at import time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+ANALYSIS_VERSION = 1
+ANALYSIS_DIR = "analysis"
+
+# Every anomaly kind the job counts, in report order. expectations/policy.yaml must
+# classify each one (tests/test_analysis.py checks it).
+KINDS: tuple[str, ...] = (
+    "lost",
+    "lost_unconfirmed",
+    "unseen",
+    "not_delivered",
+    "duplicates",
+    "redeliveries",
+    "aborted_reads",
+    "indefinite_landed",
+    "inconsistent_offsets",
+    "ack_offset_mismatch",
+    "reordering",
+    "poll_skips",
+    "poll_rewinds",
+    "unknown_values",
+)
+
+# Value-level kinds: the values.parquet flag column that marks each.
+VALUE_FLAGS: dict[str, str] = {
+    "lost": "lost",
+    "lost_unconfirmed": "lost_unconfirmed",
+    "unseen": "unseen",
+    "not_delivered": "not_delivered",
+    "duplicates": "duplicate",
+    "aborted_reads": "aborted_read",
+    "indefinite_landed": "indefinite_landed",
+    "unknown_values": "unknown_value",
+}
+
+PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
+EXAMPLES_PER_KIND = 10
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+REBALANCE_EVENTS = ("assign", "revoke", "lost")
+NO_FAULT = "(none)"
+
+# Spark schemas of the ledger tables (mirror of plugins/kafkaproof/ledger.py).
+_I32, _I64, _STR, _BOOL = T.IntegerType(), T.LongType(), T.StringType(), T.BooleanType()
+
+
+def _schema(*cols: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(n, t, True) for n, t in cols])
+
+
+SCHEMAS: dict[str, T.StructType] = {
+    "sends": _schema(
+        ("value_id", _I64), ("producer", _I32), ("producer_pid", _I32), ("seq", _I64), ("key", _STR),
+        ("partition", _I32), ("intended_ns", _I64), ("send_ns", _I64), ("complete_ns", _I64),
+        ("outcome", _STR), ("offset", _I64), ("error_code", _I32), ("error_name", _STR),
+        ("txn_id", _I64), ("txn_outcome", _STR),
+    ),
+    "reads": _schema(
+        ("consumer", _I32), ("consumer_pid", _I32), ("incarnation", _I32), ("generation", _I32),
+        ("partition", _I32), ("offset", _I64), ("key", _STR), ("value_id", _I64), ("read_ns", _I64),
+        ("poll_id", _I64),
+    ),
+    "consumer_events": _schema(
+        ("consumer", _I32), ("consumer_pid", _I32), ("incarnation", _I32), ("ts_ns", _I64), ("event", _STR),
+        ("partitions", T.ArrayType(_I32)), ("offsets", T.ArrayType(_I64)), ("success", _BOOL), ("error", _STR),
+    ),
+    "audit": _schema(
+        ("isolation", _STR), ("partition", _I32), ("offset", _I64), ("key", _STR), ("value_id", _I64),
+        ("timestamp_ms", _I64),
+    ),
+    "faults": _schema(
+        ("fault_id", _STR), ("kind", _STR), ("target", _STR), ("nodes", T.ArrayType(_I32)), ("params", _STR),
+        ("start_ns", _I64), ("heal_ns", _I64), ("start_wall", _STR), ("heal_wall", _STR),
+    ),
+    "cluster_snapshots": _schema(
+        ("ts_ns", _I64), ("partition", _I32), ("leader", _I32), ("replicas", T.ArrayType(_I32)),
+        ("isr", T.ArrayType(_I32)), ("controller", _I32), ("live_nodes", T.ArrayType(_I32)),
+    ),
+}
+REQUIRED_TABLES = ("sends", "audit")
+
+ANOMALIES_SCHEMA = _schema(
+    ("kind", _STR), ("value_id", _I64), ("producer", _I32), ("partition", _I32), ("offset", _I64),
+    ("offsets", T.ArrayType(_I64)), ("value_ids", T.ArrayType(_I64)), ("consumer", _I32),
+    ("consumer_pid", _I32), ("group", _STR), ("t_start_ns", _I64), ("t_end_ns", _I64), ("detail", _STR),
+)
+
+TIMESERIES_SCHEMA = _schema(
+    ("second", _I64), ("attempted", _I64), ("acked", _I64), ("failed", _I64), ("indefinite", _I64),
+    ("ok_ratio", T.DoubleType()), ("acks_completed", _I64), ("errors_completed", _I64), ("reads", _I64),
+    ("publish_p99_ms", T.DoubleType()), ("consumer_lag", _I64), ("unavailable", _BOOL),
+    ("active_faults", T.ArrayType(_STR)),
+)
+
+
+class AnalysisInputError(Exception):
+    """A run directory lacks what the analysis needs (message names the file)."""
+
+
+# --------------------------------------------------------------------------- manifest
+
+@dataclass(frozen=True)
+class PartitionAudit:
+    """Manifest `audit` facts about one partition."""
+
+    partition: int
+    low: int | None
+    high: int | None
+    complete: bool
+
+
+@dataclass
+class RunContext:
+    """What the job needs from manifest.json, parsed into plain Python."""
+
+    run_dir: Path
+    run_id: str
+    t0_ns: int | None
+    partitions: list[PartitionAudit]
+    producer_acks: dict[int, int]
+    default_acks: int
+    consumer_group: dict[int, int]
+    consumer_read_committed: dict[int, bool]
+    groups: list[str]
+    has_consumers: bool
+    manifest: dict[str, Any] = field(repr=False, default_factory=dict)
+    cached: list[DataFrame] = field(repr=False, default_factory=list)  # persisted for one run; unpersisted after
+
+    @property
+    def all_complete(self) -> bool:
+        return bool(self.partitions) and all(p.complete for p in self.partitions)
+
+    @property
+    def groups_mask(self) -> int:
+        return (1 << len(self.groups)) - 1
+
+
+def _lookup(entry: Mapping[str, Any], *names: str) -> Any:
+    """Find a client setting in a scenario entry or its config sub-mapping."""
+    for scope in (entry, entry.get("config"), entry.get("settings"), entry.get("properties")):
+        if isinstance(scope, Mapping):
+            for name in names:
+                if scope.get(name) is not None:
+                    return scope[name]
+    return None
+
+
+def expand_clients(scenario: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """One settings dict per client index of `scenario[key]` ('producers'/'consumers').
+
+    Accepts a list of entries (each optionally with `count`/`instances`), one
+    mapping, or an integer count with the shared settings under the singular key.
+    """
+    raw = scenario.get(key)
+    if raw is None:
+        return []
+    if isinstance(raw, int):
+        shared = scenario.get(key[:-1]) or {}
+        return [dict(shared) for _ in range(raw)]
+    if isinstance(raw, Mapping):
+        raw = [raw]
+    out: list[dict[str, Any]] = []
+    for entry in raw:
+        entry = dict(entry or {})
+        count = entry.get("count", entry.get("instances", 1))
+        out.extend(dict(entry) for _ in range(int(count if count is not None else 1)))
+    return out
+
+
+def parse_acks(value: Any) -> int:
+    """Normalise a producer `acks` setting to -1 (all), 0 or 1; librdkafka's default is all."""
+    if value is None:
+        return -1
+    text = str(value).strip().lower()
+    if text in ("all", "-1"):
+        return -1
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise AnalysisInputError(f"manifest: producer acks={value!r} is not all/-1/0/1") from exc
+
+
+def parse_isolation(value: Any) -> bool:
+    """True when a consumer reads committed data (librdkafka's default)."""
+    return value is None or str(value).strip().lower() == "read_committed"
+
+
+def parse_partitions(audit: Any) -> list[PartitionAudit]:
+    """Manifest `audit.partitions` (mapping keyed by partition, or list) to PartitionAudit rows."""
+    if not isinstance(audit, Mapping):
+        return []
+    raw = audit.get("partitions") or {}
+    items: list[tuple[Any, Mapping[str, Any]]]
+    if isinstance(raw, Mapping):
+        items = list(raw.items())
+    else:
+        items = [(e.get("partition"), e) for e in raw]
+    out = []
+    for key, info in items:
+        info = info or {}
+        low, high = info.get("low"), info.get("high")
+        out.append(PartitionAudit(
+            partition=int(key),
+            low=None if low is None else int(low),
+            high=None if high is None else int(high),
+            complete=bool(info.get("complete", False)),
+        ))
+    return sorted(out, key=lambda p: p.partition)
+
+
+def build_context(run_dir: Path, manifest: Mapping[str, Any]) -> RunContext:
+    """Parse the manifest facts the job relies on (documented in docs/analysis.md)."""
+    scenario = manifest.get("scenario") or {}
+    producers = expand_clients(scenario, "producers")
+    consumers = expand_clients(scenario, "consumers")
+    producer_acks = {i: parse_acks(_lookup(p, "acks", "request.required.acks")) for i, p in enumerate(producers)}
+    group_names: list[str] = []
+    consumer_group: dict[int, int] = {}
+    consumer_rc: dict[int, bool] = {}
+    for i, c in enumerate(consumers):
+        name = str(_lookup(c, "group", "group_id", "group.id") or "default")
+        if name not in group_names:
+            group_names.append(name)
+        consumer_group[i] = group_names.index(name)
+        consumer_rc[i] = parse_isolation(_lookup(c, "isolation_level", "isolation", "isolation.level"))
+    if not group_names:
+        group_names = ["default"]
+    clock = manifest.get("clock") or {}
+    t0 = clock.get("monotonic_origin_ns")
+    return RunContext(
+        run_dir=Path(run_dir),
+        run_id=str(manifest.get("run_id", Path(run_dir).name)),
+        t0_ns=None if t0 is None else int(t0),
+        partitions=parse_partitions(manifest.get("audit")),
+        producer_acks=producer_acks,
+        default_acks=-1,
+        consumer_group=consumer_group,
+        consumer_read_committed=consumer_rc,
+        groups=group_names,
+        has_consumers=bool(consumers),
+        manifest=dict(manifest),
+    )
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _sql_literal(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return f"{v}L" if abs(v) >= 2**31 else str(v)
+    return "'" + str(v).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _int_map(mapping: Mapping[int, Any], value_type: str) -> Column:
+    """A literal Spark map column, built from one SQL expression (one JVM call, not one per entry)."""
+    if not mapping:
+        return F.expr(f"cast(map() as map<int,{value_type}>)")
+    body = ", ".join(f"{int(k)}, {_sql_literal(v)}" for k, v in mapping.items())
+    return F.expr(f"cast(map({body}) as map<int,{value_type}>)")
+
+
+def _lookup_col(mapping: Mapping[int, Any], value_type: str, key: Column, default: Any) -> Column:
+    return F.coalesce(F.try_element_at(_int_map(mapping, value_type), key.cast("int")), F.lit(default))
+
+
+def _count(cond: Column) -> Column:
+    return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
+
+
+def _ms(delta_ns: Column) -> Column:
+    return delta_ns.cast("double") / NS_PER_MS
+
+
+def _second(ts: Column, t0: int) -> Column:
+    return F.floor((ts - F.lit(t0)) / F.lit(NS_PER_S)).cast("long")
+
+
+def load_table(spark: SparkSession, run_dir: Path, name: str) -> DataFrame:
+    """Read ledger table `name`; missing optional tables read as empty."""
+    path = run_dir / f"{name}.parquet"
+    if path.exists():
+        return spark.read.schema(SCHEMAS[name]).parquet(str(path))
+    if name in REQUIRED_TABLES:
+        raise AnalysisInputError(f"{path}: ledger table missing; the run is incomplete")
+    return spark.createDataFrame([], SCHEMAS[name])
+
+
+def active_fault_ids(faults: Sequence[Mapping[str, Any]], start: Column, end: Column, end_ns: int) -> Column:
+    """array<string> of the fault ids whose window [start_ns, heal_ns] overlaps [start, end]."""
+    if not faults:
+        return F.array().cast("array<string>")
+    hits = [
+        F.when((F.lit(f["start_ns"]) <= end) & (F.lit(f["heal_ns"] if f["heal_ns"] is not None else end_ns) >= start),
+               F.lit(f["fault_id"]))
+        for f in faults
+    ]
+    return F.array_compact(F.array(*hits))
+
+
+# --------------------------------------------------------------------------- values
+
+def value_observations(audit: DataFrame, reads: DataFrame, ctx: RunContext) -> DataFrame:
+    """Per value id: where it sits in the final log and who read it (one shuffle)."""
+    cols = ["value_id", "src", "partition", "offset", "gbit", "rc", "read_ns"]
+    lc = audit.filter((F.col("isolation") == "read_committed") & (F.col("value_id") != -1)).select(
+        "value_id", F.lit(1).alias("src"), "partition", "offset",
+        F.lit(None).cast("long").alias("gbit"), F.lit(None).cast("int").alias("rc"), F.lit(None).cast("long").alias("read_ns"))
+    group = _lookup_col(ctx.consumer_group, "int", F.col("consumer"), 0)
+    rc = _lookup_col(ctx.consumer_read_committed, "boolean", F.col("consumer"), True)
+    rd = reads.filter(F.col("value_id") != -1).select(
+        "value_id", F.lit(3).alias("src"), "partition", "offset",
+        F.pow(F.lit(2), group).cast("long").alias("gbit"), rc.cast("int").alias("rc"), "read_ns")
+    # The uncommitted log is left out on purpose: only aborted records differ from the
+    # committed one, and no value-level check needs them (offset checks use it).
+    obs = lc.select(cols).unionByName(rd.select(cols))
+    src = F.col("src")
+    return obs.groupBy("value_id").agg(
+        _count(src == 1).alias("log_count"),
+        F.min(F.when(src == 1, F.col("partition"))).alias("log_partition"),
+        F.min(F.when(src == 1, F.col("offset"))).alias("log_offset"),
+        F.max(F.when(src == 1, F.col("offset"))).alias("log_offset_max"),
+        _count(src == 3).alias("read_count"),
+        _count((src == 3) & (F.col("rc") == 1)).alias("read_rc_count"),
+        F.bit_or(F.col("gbit")).alias("groups_mask"),
+        F.min(F.when(src == 3, F.col("read_ns"))).alias("first_read_ns"),
+    )
+
+
+def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext) -> DataFrame:
+    """values.parquet: one row per value id seen anywhere, with its anomaly flags."""
+    s = sends.select(
+        "value_id", "producer", "seq", "key", "partition", "outcome", F.col("offset").alias("ack_offset"),
+        "error_name", "txn_id", "txn_outcome", "intended_ns", "send_ns", "complete_ns")
+    # Hash join: both sides are already hashed by value_id; sorting them for a merge join costs more.
+    v = s.hint("shuffle_hash").join(obs, "value_id", "full_outer")
+    outcome = F.col("outcome")
+    log_count = F.coalesce(F.col("log_count"), F.lit(0))
+    in_log = log_count > 0
+    acks = F.when(F.col("producer").isNotNull(),
+                  _lookup_col(ctx.producer_acks, "int", F.col("producer"), ctx.default_acks))
+    expected = (outcome == "ok") & (F.col("txn_id").isNull() | (F.col("txn_outcome") == "commit"))
+    complete = {p.partition: p.complete for p in ctx.partitions}
+    high = {p.partition: p.high for p in ctx.partitions if p.high is not None}
+    part = F.col("partition")
+    known_part = part.isNotNull() & (part >= 0)
+    part_complete = _lookup_col(complete, "boolean", part, False)
+    below_high = F.col("ack_offset").isNull() | (F.col("ack_offset") < 0) | (
+        F.col("ack_offset") < _lookup_col(high, "bigint", part, -1))
+    reachable = F.when(known_part, part_complete & below_high).otherwise(F.lit(ctx.all_complete))
+    read_any = F.coalesce(F.col("groups_mask"), F.lit(0))
+
+    v = (v.withColumn("acks", acks)
+         .withColumn("sent", outcome.isNotNull())
+         .withColumn("expected", F.coalesce(expected, F.lit(False)))
+         .withColumn("reachable", reachable)
+         .withColumn("log_count", log_count)
+         .withColumn("read_count", F.coalesce(F.col("read_count"), F.lit(0)))
+         .withColumn("read_rc_count", F.coalesce(F.col("read_rc_count"), F.lit(0)))
+         .withColumn("groups_mask", read_any))
+    missing = F.col("expected") & ~in_log
+    v = (v.withColumn("unseen", missing & ~F.col("reachable"))
+         .withColumn("lost", missing & F.col("reachable") & (F.col("acks") != 0))
+         .withColumn("lost_unconfirmed", missing & F.col("reachable") & (F.col("acks") == 0))
+         .withColumn("duplicate", log_count > 1)
+         .withColumn("not_delivered", F.lit(ctx.has_consumers) & in_log & (read_any != F.lit(ctx.groups_mask)))
+         .withColumn("aborted_read", ((outcome == "fail") | F.coalesce(F.col("txn_outcome") == "abort", F.lit(False)))
+                     & (in_log | (F.col("read_rc_count") > 0)))
+         .withColumn("indefinite_landed", F.coalesce(outcome == "indefinite", F.lit(False)) & in_log)
+         .withColumn("unknown_value", ~F.col("sent")))
+    for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read",
+              "indefinite_landed", "unknown_value"):
+        v = v.withColumn(c, F.coalesce(F.col(c), F.lit(False)))
+    return v.select(
+        "value_id", "producer", "seq", "key", "partition", "outcome", "ack_offset", "error_name", "acks",
+        "txn_id", "txn_outcome", "intended_ns", "send_ns", "complete_ns",
+        "log_count", "log_partition", "log_offset", "log_offset_max",
+        "read_count", "read_rc_count", "groups_mask", "first_read_ns",
+        "sent", "expected", "reachable",
+        "lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read",
+        "indefinite_landed", "unknown_value",
+    )
+
+
+def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
+    """One anomaly row per flagged value (value-level kinds)."""
+    high = {p.partition: p.high for p in ctx.partitions if p.high is not None}
+    where = F.coalesce(F.col("log_partition"), F.col("partition"))
+    offset = F.coalesce(F.col("log_offset"), F.col("ack_offset"))
+    details: dict[str, Column] = {
+        "lost": F.format_string("acked (acks=%s) at partition %s offset %s; absent from the committed log",
+                                F.col("acks"), F.col("partition"), F.col("ack_offset")),
+        "lost_unconfirmed": F.format_string("acks=0 'ok' (no broker acknowledgement) at partition %s; absent from the log",
+                                            F.col("partition")),
+        "unseen": F.when(
+            F.col("ack_offset").isNotNull() & (F.col("ack_offset") >= _lookup_col(high, "bigint", F.col("partition"), -1))
+            & F.col("partition").isNotNull() & (F.col("partition") >= 0)
+            & (_lookup_col(high, "bigint", F.col("partition"), -1) >= 0),
+            F.format_string("acked at partition %s offset %s >= high watermark %s: the drain never reached it",
+                            F.col("partition"), F.col("ack_offset"), _lookup_col(high, "bigint", F.col("partition"), -1)),
+        ).otherwise(F.format_string("acked at partition %s; drain of that partition incomplete", F.col("partition"))),
+        "not_delivered": F.format_string("in the committed log at partition %s offset %s; never read by the group(s) (groups_mask=%s)",
+                                         F.col("log_partition"), F.col("log_offset"), F.col("groups_mask")),
+        "duplicates": F.format_string("%s copies in the committed log of partition %s, offsets %s..%s",
+                                      F.col("log_count"), F.col("log_partition"), F.col("log_offset"),
+                                      F.col("log_offset_max")),
+        "aborted_reads": F.format_string("send outcome=%s txn_outcome=%s, yet seen read_committed (log %s, reads %s)",
+                                         F.col("outcome"), F.col("txn_outcome"), F.col("log_count"), F.col("read_rc_count")),
+        "indefinite_landed": F.format_string("indefinite send (%s) is in the log at partition %s offset %s",
+                                             F.col("error_name"), F.col("log_partition"), F.col("log_offset")),
+        "unknown_values": F.format_string("never sent per sends.parquet; %s copies in the committed log, %s reads",
+                                          F.col("log_count"), F.col("read_count")),
+    }
+    t_start = F.coalesce(F.col("send_ns"), F.col("first_read_ns"))
+    t_end = F.coalesce(F.col("complete_ns"), F.col("send_ns"), F.col("first_read_ns"))
+    # One scan: each flagged value becomes one row per kind it is flagged with.
+    flagged = values.filter(F.greatest(*[F.col(f) for f in VALUE_FLAGS.values()]))
+    kinds = F.array_compact(F.array(*[F.when(F.col(f), F.lit(k)) for k, f in VALUE_FLAGS.items()]))
+    flagged = flagged.withColumn("kind", F.explode(kinds))
+    detail = F.lit(None).cast("string")
+    for kind, expr in details.items():
+        detail = F.when(F.col("kind") == kind, expr).otherwise(detail)
+    is_dup = F.col("kind") == "duplicates"
+    return flagged.select(
+        "kind", "value_id", "producer", where.cast("int").alias("partition"), offset.alias("offset"),
+        F.when(is_dup, F.array(F.col("log_offset"), F.col("log_offset_max")))
+         .otherwise(F.when(offset.isNotNull(), F.array(offset))).alias("offsets"),
+        F.lit(None).cast("array<bigint>").alias("value_ids"),
+        F.lit(None).cast("int").alias("consumer"), F.lit(None).cast("int").alias("consumer_pid"),
+        F.lit(None).cast("string").alias("group"),
+        t_start.alias("t_start_ns"), t_end.alias("t_end_ns"), detail.alias("detail"))
+
+
+def reorder_anomalies(values: DataFrame) -> DataFrame:
+    """reordering: an acked value whose committed-log offset is below that of the previous
+    acked value (by seq) of the same producer in the same partition (a narrow window pass)."""
+    acked = values.filter((F.col("outcome") == "ok") & (F.col("log_count") > 0)).select(
+        "value_id", "producer", "seq", F.col("log_partition").alias("partition"), F.col("log_offset").alias("offset"),
+        "send_ns", "complete_ns")
+    w = Window.partitionBy("producer", "partition").orderBy("seq")
+    r = (acked.withColumn("prev_offset", F.lag("offset").over(w))
+         .withColumn("prev_value_id", F.lag("value_id").over(w))
+         .withColumn("prev_seq", F.lag("seq").over(w))
+         .filter(F.col("offset") < F.col("prev_offset")))
+    return r.select(
+        F.lit("reordering").alias("kind"), "value_id", "producer", "partition", "offset",
+        F.array("prev_offset", "offset").alias("offsets"), F.array("prev_value_id", "value_id").alias("value_ids"),
+        F.lit(None).cast("int").alias("consumer"), F.lit(None).cast("int").alias("consumer_pid"),
+        F.lit(None).cast("string").alias("group"), F.col("send_ns").alias("t_start_ns"),
+        F.coalesce("complete_ns", "send_ns").alias("t_end_ns"),
+        F.format_string("seq %s at offset %s, below offset %s of the producer's previous acked value %s (seq %s)",
+                        F.col("seq"), F.col("offset"), F.col("prev_offset"), F.col("prev_value_id"),
+                        F.col("prev_seq")).alias("detail"))
+
+
+# --------------------------------------------------------------------------- offsets
+
+def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: RunContext) -> DataFrame:
+    """inconsistent_offsets, ack_offset_mismatch and redeliveries, from one (partition, offset) aggregation."""
+    group = _lookup_col(ctx.consumer_group, "int", F.col("consumer"), 0)
+    cols = ["partition", "offset", "value_id", "src", "grp", "t0", "t1"]
+    acks = sends.filter((F.col("outcome") == "ok") & (F.col("offset") >= 0) & (F.col("partition") >= 0)).select(
+        "partition", "offset", "value_id", F.lit(0).alias("src"), F.lit(None).cast("int").alias("grp"),
+        F.col("send_ns").alias("t0"), F.coalesce("complete_ns", "send_ns").alias("t1"))
+    lu = audit.filter(F.col("isolation") == "read_uncommitted").select(
+        "partition", "offset", "value_id", F.lit(1).alias("src"), F.lit(None).cast("int").alias("grp"),
+        F.lit(None).cast("long").alias("t0"), F.lit(None).cast("long").alias("t1"))
+    rd = reads.select("partition", "offset", "value_id", F.lit(2).alias("src"), group.alias("grp"),
+                      F.col("read_ns").alias("t0"), F.col("read_ns").alias("t1"))
+    obs = acks.select(cols).unionByName(lu.select(cols)).unionByName(rd.select(cols))
+    src, vid = F.col("src"), F.col("value_id")
+    read_cols = [_count((src == 2) & (F.col("grp") == g)).alias(f"reads_{g}") for g in range(len(ctx.groups))]
+    agg = obs.groupBy("partition", "offset").agg(
+        F.min(vid).alias("vmin"), F.max(vid).alias("vmax"),
+        F.min(F.when(src == 0, vid)).alias("ack_min"), F.max(F.when(src == 0, vid)).alias("ack_max"),
+        _count(src == 0).alias("n_ack"),
+        F.max(F.when(src == 1, vid)).alias("log_vid"), _count(src == 1).alias("n_log"),
+        F.min(F.when(src == 2, vid)).alias("read_min"), F.max(F.when(src == 2, vid)).alias("read_max"),
+        F.min("t0").alias("t_start_ns"), F.min("t1").alias("t_end_ns"),
+        *read_cols,
+    )
+    max_reads = F.greatest(*[F.col(f"reads_{g}") for g in range(len(ctx.groups))], F.lit(0))
+    suspicious = agg.filter(
+        (F.col("vmin") != F.col("vmax"))
+        | ((F.col("n_ack") > 0) & ((F.col("n_log") == 0) | (F.col("log_vid") != F.col("ack_min"))
+                                   | (F.col("ack_min") != F.col("ack_max"))))
+        | (max_reads > 1)).persist()
+    ctx.cached.append(suspicious)
+
+    # An acked offset with no record is a mismatch only inside a completely drained log
+    # [low, high) of the manifest (below low: deleted by retention; beyond high: unseen).
+    low = _lookup_col({p.partition: p.low for p in ctx.partitions if p.low is not None}, "bigint", F.col("partition"), 0)
+    high = _lookup_col({p.partition: p.high for p in ctx.partitions if p.high is not None}, "bigint",
+                       F.col("partition"), -1)
+    complete = _lookup_col({p.partition: p.complete for p in ctx.partitions}, "boolean", F.col("partition"), False)
+    ack_rows = (suspicious.filter(F.col("n_ack") > 0)
+                .withColumn("ack_vid", F.explode(F.array_distinct(F.array("ack_min", "ack_max")))))
+    mismatch = ack_rows.filter(
+        ((F.col("n_log") > 0) & (F.col("log_vid") != F.col("ack_vid")))
+        | ((F.col("n_log") == 0) & complete & (F.col("offset") >= low) & (F.col("offset") < high)))
+    mismatch = mismatch.select(
+        F.lit("ack_offset_mismatch").alias("kind"), F.col("ack_vid").alias("value_id"), "partition", "offset",
+        F.array("offset").alias("offsets"),
+        F.when(F.col("n_log") > 0, F.array("ack_vid", "log_vid")).otherwise(F.array("ack_vid")).alias("value_ids"),
+        F.when(F.col("n_log") > 0,
+               F.format_string("acked value %s at partition %s offset %s, but the log holds value %s there",
+                               F.col("ack_vid"), F.col("partition"), F.col("offset"), F.col("log_vid")))
+         .otherwise(F.format_string("acked value %s at partition %s offset %s, but the drained log [%s, %s) has no record there",
+                                    F.col("ack_vid"), F.col("partition"), F.col("offset"), low, high)).alias("detail"),
+        F.lit(None).cast("string").alias("group"), "t_start_ns", "t_end_ns")
+
+    # The distinct values among (acked min/max, log, read min/max): exact unless one
+    # offset was read with three or more different values.
+    seen = F.array_sort(F.array_distinct(F.array_compact(
+        F.array("ack_min", "ack_max", "log_vid", "read_min", "read_max"))))
+    incons = suspicious.filter(F.col("vmin") != F.col("vmax")).select(
+        F.lit("inconsistent_offsets").alias("kind"), F.coalesce("ack_min", "log_vid", "vmin").alias("value_id"),
+        "partition", "offset", F.array("offset").alias("offsets"), seen.alias("value_ids"),
+        F.format_string("partition %s offset %s holds different values across acks, reads and the log: %s",
+                        F.col("partition"), F.col("offset"), F.array_join(seen.cast("array<string>"), ", ")).alias("detail"),
+        F.lit(None).cast("string").alias("group"), "t_start_ns", "t_end_ns")
+
+    out = mismatch.unionByName(incons)
+    for g, name in enumerate(ctx.groups):
+        out = out.unionByName(suspicious.filter(F.col(f"reads_{g}") > 1).select(
+            F.lit("redeliveries").alias("kind"), F.coalesce("log_vid", "vmin").alias("value_id"),
+            "partition", "offset", F.array("offset").alias("offsets"),
+            F.lit(None).cast("array<bigint>").alias("value_ids"),
+            F.format_string("offset read %s times by consumer group %s", F.col(f"reads_{g}"), F.lit(name)).alias("detail"),
+            F.lit(name).alias("group"), "t_start_ns", "t_end_ns"))
+    return out.select(
+        "kind", "value_id", F.when(F.col("value_id") >= 0, F.shiftright("value_id", 32)).cast("int").alias("producer"),
+        F.col("partition").cast("int").alias("partition"), "offset", "offsets", "value_ids",
+        F.lit(None).cast("int").alias("consumer"), F.lit(None).cast("int").alias("consumer_pid"),
+        "group", "t_start_ns", F.greatest("t_start_ns", "t_end_ns").alias("t_end_ns"), "detail")
+
+
+# --------------------------------------------------------------------------- polls
+
+def poll_anomalies(reads: DataFrame, events: DataFrame, audit: DataFrame, ctx: RunContext,
+                   broadcast_limit: int = 2_000_000) -> DataFrame:
+    """poll_skips and poll_rewinds: consecutive reads of one process and partition."""
+    proc = ["consumer", "incarnation", "consumer_pid", "partition"]
+    w = Window.partitionBy(*proc).orderBy("poll_id", "offset")
+    r = (reads.select(*proc, "offset", "value_id", "read_ns", "poll_id")
+         .withColumn("prev_offset", F.lag("offset").over(w))
+         .withColumn("prev_read_ns", F.lag("read_ns").over(w)))
+    cand = r.filter(F.col("prev_offset").isNotNull()
+                    & ((F.col("offset") > F.col("prev_offset") + 1) | (F.col("offset") <= F.col("prev_offset"))))
+    rebal = events.filter(F.col("event").isin(*REBALANCE_EVENTS)).select(
+        F.col("consumer").alias("e_consumer"), F.col("consumer_pid").alias("e_pid"), "ts_ns")
+    cand = cand.join(F.broadcast(rebal),
+                     (F.col("consumer") == F.col("e_consumer")) & (F.col("consumer_pid") == F.col("e_pid"))
+                     & (F.col("ts_ns") > F.col("prev_read_ns")) & (F.col("ts_ns") <= F.col("read_ns")),
+                     "left_anti").persist()
+    ctx.cached.append(cand)  # the gap count below and the anomaly rows share this window pass
+    key = proc + ["poll_id", "offset"]
+    # A read_committed consumer must see exactly the committed records, a
+    # read_uncommitted one every record: gaps over markers (or aborted records) are fine.
+    rc = _lookup_col(ctx.consumer_read_committed, "boolean", F.col("consumer"), True)
+    gaps = (cand.filter(F.col("offset") > F.col("prev_offset") + 1)
+            .select(*key, rc.alias("rc"),
+                    F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1)).alias("gap_offset")))
+    existing = audit.select("partition", F.col("offset").alias("gap_offset"),
+                            (F.col("isolation") == "read_committed").alias("rc"))
+    # The gap table is usually tiny (transaction markers): broadcast it rather than shuffle the log.
+    n_gap = gaps.count()
+    gaps_side = F.broadcast(gaps) if n_gap <= broadcast_limit else gaps
+    real = (existing.join(gaps_side, ["partition", "gap_offset", "rc"], "inner")
+            .groupBy(*key).agg(F.count("*").alias("skipped")))
+    skips = cand.join(real, key, "inner").select(
+        F.lit("poll_skips").alias("kind"), *proc, "offset", "prev_offset", "read_ns", "prev_read_ns", "value_id",
+        F.format_string("consumer %s (pid %s) jumped from offset %s to %s in partition %s, skipping %s records",
+                        F.col("consumer"), F.col("consumer_pid"), F.col("prev_offset"), F.col("offset"),
+                        F.col("partition"), F.col("skipped")).alias("detail"))
+    rewinds = cand.filter(F.col("offset") <= F.col("prev_offset")).select(
+        F.lit("poll_rewinds").alias("kind"), *proc, "offset", "prev_offset", "read_ns", "prev_read_ns", "value_id",
+        F.format_string("consumer %s (pid %s) went back from offset %s to %s in partition %s without a rebalance",
+                        F.col("consumer"), F.col("consumer_pid"), F.col("prev_offset"), F.col("offset"),
+                        F.col("partition")).alias("detail"))
+    group_name = _lookup_col({i: ctx.groups[g] for i, g in ctx.consumer_group.items()}, "string",
+                             F.col("consumer"), ctx.groups[0])
+    return skips.unionByName(rewinds).select(
+        "kind", "value_id", F.when(F.col("value_id") >= 0, F.shiftright("value_id", 32)).cast("int").alias("producer"),
+        "partition", "offset", F.array("prev_offset", "offset").alias("offsets"),
+        F.lit(None).cast("array<bigint>").alias("value_ids"), "consumer", "consumer_pid", group_name.alias("group"),
+        F.col("prev_read_ns").alias("t_start_ns"), F.col("read_ns").alias("t_end_ns"), "detail")
+
+
+# --------------------------------------------------------------------------- latency / time
+
+def value_bucket(us: Column, digits: int) -> Column:
+    """`us` (an integer of microseconds; apply to a plain column, it is referenced often)
+    with its magnitude truncated to `digits` significant digits, exact below 10**digits µs.
+
+    Integer arithmetic only, smallest magnitudes tested first: the hot path of the
+    latency histograms (log10/pow or percentile_approx cost several times more)."""
+    a = F.abs(us)
+    bucket = F.when(a < F.lit(10 ** digits), a)
+    for p in range(digits, 18):
+        bucket = bucket.when(a < F.lit(10 ** (p + 1)), a - a % F.lit(10 ** (p - digits + 1)))
+    bucket = bucket.otherwise(a)
+    return F.when(us < 0, -bucket).otherwise(bucket).cast("long")
+
+
+def _us(delta_ns: Column) -> Column:
+    return (delta_ns / F.lit(1000)).cast("long")
+
+
+def histogram_percentiles(buckets: Iterable[tuple[int, int, float]]) -> dict[str, Any]:
+    """Nearest-rank percentiles in ms from (bucket µs, count, max ms) rows (pure Python).
+
+    The rank is exact; the value is its bucket's (see `value_bucket`); `max` is exact.
+    """
+    rows = sorted(buckets, key=lambda r: r[0])
+    total = sum(n for _, n, _ in rows)
+    out: dict[str, Any] = {"count": total}
+    for name, q in PERCENTILES:
+        out[name] = None
+        if total:
+            rank, seen = max(1, math.ceil(q * total - 1e-9)), 0
+            for bucket, n, _ in rows:
+                seen += n
+                if seen >= rank:
+                    out[name] = bucket / 1000
+                    break
+    out["max"] = max((mx for _, _, mx in rows), default=None)
+    return out
+
+
+LATENCIES: dict[str, tuple[str, str]] = {
+    "publish": ("send_ns", "complete_ns"),  # acked only
+    "publish_delay": ("intended_ns", "send_ns"),
+    "end_to_end": ("intended_ns", "first_read_ns"),
+}
+ALL_VALUES = "(all)"
+LATENCY_DIGITS = 3      # latency percentiles: 3 significant digits of µs (exact below 1 ms)
+TIMESERIES_DIGITS = 2   # per-second p99: 2 significant digits of µs
+
+
+def latency_metrics(values: DataFrame, faults: list[dict[str, Any]], end_ns: int) -> tuple[dict, dict]:
+    """Latency percentiles overall and per fault window (by send time; '(none)': no fault active).
+
+    One aggregation into (fault set, metric, µs bucket) counts; the driver expands the
+    (few) fault sets into windows and reads the percentiles off the histograms.
+    """
+    sent = values.filter(F.col("sent"))
+    t = F.coalesce(F.col("send_ns"), F.col("intended_ns"))
+    metrics = []
+    for name, (a, b) in LATENCIES.items():
+        cond = F.col(a).isNotNull() & F.col(b).isNotNull()
+        if name == "publish":
+            cond = cond & (F.col("outcome") == "ok")
+        metrics.append(F.struct(F.lit(name).alias("metric"), F.when(cond, F.col(b) - F.col(a)).alias("d")))
+    pairs = F.array(*metrics).cast("array<struct<metric:string,d:bigint>>")
+    rows = (sent.select(active_fault_ids(faults, t, t, end_ns).alias("faults"), pairs.alias("pairs"))
+            .select("faults", F.inline("pairs")).filter(F.col("d").isNotNull())
+            .withColumn("us", _us(F.col("d"))))
+    hist: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
+    for r in rows.groupBy("faults", "metric", value_bucket(F.col("us"), LATENCY_DIGITS).alias("b")).agg(
+            F.count("*").alias("n"), (F.max("d") / NS_PER_MS).alias("mx")).collect():
+        for window in [ALL_VALUES, *(r["faults"] or [NO_FAULT])]:
+            hist.setdefault((window, r["metric"]), []).append((r["b"], r["n"], r["mx"]))
+    windows_seen = {w for w, _ in hist} | {ALL_VALUES}
+    stats = {w: {n: histogram_percentiles(hist.get((w, n), [])) for n in LATENCIES} for w in windows_seen}
+    overall = stats.pop(ALL_VALUES)
+    return overall, stats
+
+
+def timeseries_rows(sends: DataFrame, reads: DataFrame, ctx: RunContext, t0: int,
+                    faults: list[dict[str, Any]], end_ns: int) -> list[dict[str, Any]]:
+    """Per-second rows. The per-second aggregates are small: one collect, assembled on the driver."""
+    ok = F.col("outcome") == "ok"
+    null_i, null_l, null_d = F.lit(None).cast("int"), F.lit(None).cast("long"), F.lit(None).cast("double")
+
+    group = _lookup_col(ctx.consumer_group, "int", F.col("consumer"), 0)
+    code = F.when(ok, 0).when(F.col("outcome") == "fail", 1).otherwise(2)
+    d = F.when(ok & F.col("complete_ns").isNotNull(), F.col("complete_ns") - F.col("send_ns"))
+    # Three small aggregations, each one pass; the driver folds them into seconds.
+    # 1. by intended second and outcome, with the publish-latency histogram of acked sends
+    intent = (sends.select(_second(F.col("intended_ns"), t0).alias("s"), code.alias("c"), d.alias("d"))
+              .withColumn("us", _us(F.col("d")))
+              .groupBy("s", "c", value_bucket(F.col("us"), TIMESERIES_DIGITS).alias("b"))
+              .agg(F.count("*").alias("n"), (F.max("d") / NS_PER_MS).alias("mx")))
+    # 2. by completion second and partition: acks/errors and the highest acked offset (log end)
+    done = (sends.filter(F.col("complete_ns").isNotNull())
+            .groupBy(_second(F.col("complete_ns"), t0).alias("s"), F.col("partition").alias("p"), ok.alias("ok"))
+            .agg(F.count("*").alias("n"), F.max(F.when(ok & (F.col("offset") >= 0), F.col("offset"))).alias("o")))
+    # 3. by read second, group and partition: reads and the highest offset read (position)
+    rd = reads.groupBy(_second(F.col("read_ns"), t0).alias("s"), group.alias("g"), F.col("partition").alias("p")).agg(
+        F.count("*").alias("n"), F.max("offset").alias("o"))
+    by_intent: dict[int, list[int]] = {}
+    lat_hist: dict[int, list[tuple[int, int, float]]] = {}
+    for r in intent.collect():
+        counts = by_intent.setdefault(r["s"], [0, 0, 0])
+        counts[r["c"]] += r["n"]
+        if r["b"] is not None:
+            lat_hist.setdefault(r["s"], []).append((r["b"], r["n"], r["mx"]))
+    by_done: dict[int, list[int]] = {}
+    ack_pos = []
+    for r in done.collect():
+        by_done.setdefault(r["s"], [0, 0])[0 if r["ok"] else 1] += r["n"]
+        if r["o"] is not None:
+            ack_pos.append((r["p"], r["s"], r["o"]))
+    by_read: dict[int, int] = {}
+    read_pos = []
+    for r in rd.collect():
+        by_read[r["s"]] = by_read.get(r["s"], 0) + r["n"]
+        read_pos.append((r["g"], r["p"], r["s"], r["o"]))
+    p99 = {s: histogram_percentiles(h)["p99"] for s, h in lat_hist.items()}
+    seconds = set(by_intent) | set(by_done) | set(by_read)
+    if not seconds:
+        return []
+    lo, hi = min(min(seconds), 0), max(seconds)
+    lag = consumer_lag_series(ack_pos, read_pos, lo, hi) if ctx.has_consumers else {}
+    rows = []
+    for s in range(lo, hi + 1):
+        ok_n, fail_n, indef_n = by_intent.get(s, (0, 0, 0))
+        acks_done, errors_done = by_done.get(s, (0, 0))
+        attempted = ok_n + fail_n + indef_n
+        start, end = t0 + s * NS_PER_S, t0 + (s + 1) * NS_PER_S - 1
+        rows.append({
+            "second": s, "attempted": attempted, "acked": ok_n, "failed": fail_n, "indefinite": indef_n,
+            "ok_ratio": (ok_n / attempted) if attempted else None,
+            "acks_completed": acks_done, "errors_completed": errors_done,
+            "reads": int(by_read.get(s, 0)), "publish_p99_ms": p99.get(s),
+            "consumer_lag": lag.get(s),
+            "unavailable": attempted > 0 and acks_done == 0,
+            "active_faults": [f["fault_id"] for f in faults
+                              if f["start_ns"] <= end and (f["heal_ns"] if f["heal_ns"] is not None else end_ns) >= start],
+        })
+    return rows
+
+
+def consumer_lag_series(acks: Iterable[tuple[int, int, int]], reads: Iterable[tuple[int, int, int, int]],
+                        lo: int, hi: int) -> dict[int, int]:
+    """Max over groups of the summed per-partition lag, per second (pure Python, small input)."""
+    ack_by: dict[int, dict[int, int]] = {}
+    for p, s, o in acks:
+        ack_by.setdefault(s, {})[p] = max(o, ack_by.get(s, {}).get(p, -1))
+    read_by: dict[int, dict[tuple[int, int], int]] = {}
+    groups = set()
+    for g, p, s, o in reads:
+        groups.add(g)
+        read_by.setdefault(s, {})[(g, p)] = max(o, read_by.get(s, {}).get((g, p), -1))
+    end: dict[int, int] = {}
+    pos: dict[tuple[int, int], int] = {}
+    out = {}
+    for s in range(lo, hi + 1):
+        for p, o in ack_by.get(s, {}).items():
+            end[p] = max(end.get(p, -1), o + 1)
+        for gp, o in read_by.get(s, {}).items():
+            pos[gp] = max(pos.get(gp, -1), o + 1)
+        out[s] = max((sum(max(0, e - pos.get((g, p), 0)) for p, e in end.items()) for g in (groups or {0})), default=0)
+    return out
+
+
+def unavailability_windows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, int]]:
+    """Maximal runs of consecutive unavailable seconds."""
+    out: list[dict[str, int]] = []
+    for r in rows:
+        if not r["unavailable"]:
+            continue
+        if out and out[-1]["end_s"] == r["second"] - 1:
+            out[-1]["end_s"] = r["second"]
+            out[-1]["seconds"] += 1
+        else:
+            out.append({"start_s": r["second"], "end_s": r["second"], "seconds": 1})
+    return out
+
+
+def fault_metrics(sends: DataFrame, faults: list[dict[str, Any]], t0: int, end_ns: int,
+                  ts_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per fault: time to first error, recovery, longest ack gap, max consumer lag."""
+    if not faults:
+        return []
+    order = sorted(faults, key=lambda f: (f["start_ns"], f["fault_id"]))
+    starts = [f["start_ns"] for f in order]
+    heal = {i: (f["heal_ns"] if f["heal_ns"] is not None else end_ns) for i, f in enumerate(order)}
+    done = F.col("complete_ns")
+    # Each completion belongs to the most recently injected fault: windows
+    # [start_i, start_{i+1}) partition the time after the first injection.
+    idx = F.lit(None).cast("int")
+    for i, s in enumerate(starts):
+        idx = F.when(done >= F.lit(s), F.lit(i)).otherwise(idx)
+    ok = F.col("outcome") == "ok"
+    c = sends.filter(done.isNotNull()).select(done, ok.alias("ok"), idx.alias("idx")).filter(F.col("idx").isNotNull())
+    a = {r["idx"]: r for r in c.groupBy("idx").agg(
+        F.min(F.when(~F.col("ok"), done)).alias("first_err"), F.max(F.when(~F.col("ok"), done)).alias("last_err"),
+        _count(~F.col("ok")).alias("errors"), _count(F.col("ok")).alias("acks")).collect()}
+    last_err = {i: r["last_err"] for i, r in a.items() if r["last_err"] is not None}
+    after_err = F.try_element_at(_int_map(last_err, "bigint"), F.col("idx"))
+    after_heal = F.try_element_at(_int_map(heal, "bigint"), F.col("idx"))
+    b = {r["idx"]: r for r in c.filter(F.col("ok")).groupBy("idx").agg(
+        F.min(F.when(done > after_err, done)).alias("recovered"),
+        F.min(F.when(done > after_heal, done)).alias("first_ack_after_heal")).collect()}
+    # Longest interval without an ack completion from injection to the first ack after heal.
+    horizon = {i: end_ns if b.get(i) is None or b[i]["first_ack_after_heal"] is None else b[i]["first_ack_after_heal"]
+               for i in heal}
+    in_window = (done >= F.lit(None).cast("long"))
+    for i, s in enumerate(starts):
+        in_window = F.when(F.col("idx") == i, (done >= F.lit(s)) & (done <= F.lit(horizon[i]))).otherwise(in_window)
+    wgap = Window.partitionBy("idx").orderBy(done)
+    gaps = {r["idx"]: r for r in c.filter(F.col("ok") & in_window)
+            .withColumn("gap", done - F.lag(done).over(wgap))
+            .groupBy("idx").agg(F.max("gap").alias("gap"), F.min(done).alias("first"), F.max(done).alias("last"))
+            .collect()}
+    out = []
+    for i, f in enumerate(order):
+        ra, rb, rg = a.get(i), b.get(i), gaps.get(i)
+        gap_candidates = [horizon[i] - starts[i]] if rg is None else [
+            rg["gap"] or 0, rg["first"] - starts[i], horizon[i] - rg["last"]]
+        first_err = ra["first_err"] if ra else None
+        recovered = rb["recovered"] if rb and last_err.get(i) is not None else None
+        heal_ns = f["heal_ns"]
+        lag_window = [r["consumer_lag"] for r in ts_rows
+                      if r["consumer_lag"] is not None
+                      and t0 + (r["second"] + 1) * NS_PER_S > starts[i] and t0 + r["second"] * NS_PER_S <= horizon[i]]
+        out.append({
+            "fault_id": f["fault_id"], "kind": f["kind"], "target": f["target"],
+            "start_s": (starts[i] - t0) / NS_PER_S,
+            "heal_s": None if heal_ns is None else (heal_ns - t0) / NS_PER_S,
+            "errors": int(ra["errors"]) if ra else 0, "acks": int(ra["acks"]) if ra else 0,
+            "time_to_first_error_ms": None if first_err is None else (first_err - starts[i]) / NS_PER_MS,
+            "last_error_s": None if last_err.get(i) is None else (last_err[i] - t0) / NS_PER_S,
+            "acks_resume_ms": None if recovered is None else (recovered - starts[i]) / NS_PER_MS,
+            "recovery_after_heal_ms": None if recovered is None or heal_ns is None else (recovered - heal_ns) / NS_PER_MS,
+            "max_ack_gap_ms": max(gap_candidates) / NS_PER_MS,
+            "max_consumer_lag": max(lag_window) if lag_window else None,
+        })
+    return out
+
+
+# --------------------------------------------------------------------------- driver
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        raise AnalysisInputError(f"{path}: no manifest; {run_dir} is not a kafkaproof run directory")
+    return json.loads(path.read_text())
+
+
+def _write(df: DataFrame, path: Path, files: int | None = 1) -> DataFrame:
+    """Write `df` as Parquet and return it read back (with its schema: no inference job)."""
+    (df.coalesce(files) if files else df).write.mode("overwrite").parquet(str(path))
+    return df.sparkSession.read.schema(df.schema).parquet(str(path))
+
+
+def run_bounds(sends: DataFrame, reads: DataFrame) -> tuple[int | None, int | None]:
+    """(first intended_ns, last timestamp seen in sends/reads), in one job."""
+    last = F.greatest("intended_ns", "send_ns", "complete_ns")
+    row = sends.agg(F.min("intended_ns").alias("first"), F.max(last).alias("last_s")).crossJoin(
+        reads.agg(F.max("read_ns").alias("last_r"))).collect()[0]
+    lasts = [x for x in (row["last_s"], row["last_r"]) if x is not None]
+    return row["first"], max(lasts) if lasts else None
+
+
+def outcome_counts(values: DataFrame, audit: DataFrame, reads: DataFrame) -> dict[str, int]:
+    """Counts of outcomes, of the log and of reads, in one job."""
+    iso = F.col("isolation")
+    row = values.agg(
+        _count(F.col("sent")).alias("sent"), _count(F.col("outcome") == "ok").alias("acked"),
+        _count(F.col("outcome") == "fail").alias("failed"), _count(F.col("outcome") == "indefinite").alias("indefinite"),
+        _count(F.col("read_count") > 0).alias("consumed"), _count(F.col("log_count") > 0).alias("in_log"),
+        _count(F.col("expected")).alias("expected"),
+    ).crossJoin(audit.agg(
+        _count(iso == "read_uncommitted").alias("log_records"),
+        _count((iso == "read_uncommitted") & (F.col("value_id") == -1)).alias("foreign_records"),
+        _count(iso == "read_committed").alias("log_records_committed"),
+    )).crossJoin(reads.agg(F.count("*").alias("reads"))).collect()[0]
+    return {k: int(v or 0) for k, v in row.asDict().items()}
+
+
+def count_and_examples(anomalies: DataFrame) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Rows per kind and the first value ids (ascending) per kind, in one job."""
+    w = Window.partitionBy("kind").orderBy(F.col("value_id").asc_nulls_last(), "partition", "offset")
+    rows = (anomalies.withColumn("_n", F.row_number().over(w))
+            .withColumn("_total", F.count("*").over(Window.partitionBy("kind")))
+            .filter(F.col("_n") <= EXAMPLES_PER_KIND).orderBy("kind", "_n").collect())
+    counts = {k: 0 for k in KINDS}
+    examples: dict[str, list[int]] = {k: [] for k in KINDS}
+    for r in rows:
+        counts[r["kind"]] = int(r["_total"])
+        if r["value_id"] is not None:
+            examples[r["kind"]].append(int(r["value_id"]))
+    return counts, examples
+
+
+def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]:
+    """Analyse one run directory; writes `<run_dir>/analysis/` and returns the metrics."""
+    started = time.monotonic()
+    run_dir = Path(run_dir).resolve()
+    ctx = build_context(run_dir, read_manifest(run_dir))
+    tables = {name: load_table(spark, run_dir, name) for name in SCHEMAS}
+    sends, reads, audit = tables["sends"], tables["reads"], tables["audit"]
+    tmp = run_dir / (ANALYSIS_DIR + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+
+    faults = [r.asDict() for r in tables["faults"].select("fault_id", "kind", "target", "start_ns", "heal_ns").collect()]
+    first_ns, last_ns = run_bounds(sends, reads)
+    t0 = ctx.t0_ns if ctx.t0_ns is not None else (first_ns if first_ns is not None else 0)
+    end_ns = max([x for x in (last_ns, *[f["start_ns"] for f in faults], *[f["heal_ns"] or 0 for f in faults])
+                  if x is not None], default=t0)
+
+    values = _write(classify_values(sends, value_observations(audit, reads, ctx), ctx), tmp / "values.parquet",
+                    files=None)
+    log(f"[analyze] {run_dir.name}: values classified ({time.monotonic() - started:.1f}s)")
+
+    anomalies = (value_anomalies(values, ctx)
+                 .unionByName(reorder_anomalies(values))
+                 .unionByName(offset_anomalies(sends, audit, reads, ctx))
+                 .unionByName(poll_anomalies(reads, tables["consumer_events"], audit, ctx)))
+    fault_ids = active_fault_ids(faults, F.col("t_start_ns"), F.coalesce("t_end_ns", "t_start_ns"), end_ns)
+    anomalies = (anomalies.withColumn("t_s", (F.col("t_start_ns") - F.lit(t0)).cast("double") / NS_PER_S)
+                 .withColumn("fault_ids", fault_ids)
+                 .withColumn("fault_kinds", F.transform("fault_ids", lambda x: _str_lookup({f["fault_id"]: f["kind"] for f in faults}, x)))
+                 .withColumn("fault_targets", F.transform("fault_ids", lambda x: _str_lookup({f["fault_id"]: f["target"] for f in faults}, x))))
+    anomalies = _write(anomalies.orderBy("kind", "partition", "offset", "value_id"), tmp / "anomalies.parquet")
+    for df in ctx.cached:
+        df.unpersist()
+    log(f"[analyze] {run_dir.name}: anomalies found ({time.monotonic() - started:.1f}s)")
+
+    counts, examples = count_and_examples(anomalies)
+    outcomes = outcome_counts(values, audit, reads)
+    ts_rows = timeseries_rows(sends, reads, ctx, t0, faults, end_ns)
+    spark.createDataFrame(ts_rows, TIMESERIES_SCHEMA).coalesce(1).write.mode("overwrite").parquet(
+        str(tmp / "timeseries.parquet"))
+    latency, latency_by_fault = latency_metrics(values, faults, end_ns)
+    attempted = sum(r["attempted"] for r in ts_rows)
+    acked = sum(r["acked"] for r in ts_rows)
+    windows = unavailability_windows(ts_rows)
+    metrics = {
+        "analysis_version": ANALYSIS_VERSION,
+        "run_id": ctx.run_id,
+        "t0_ns": t0,
+        "end_s": (end_ns - t0) / NS_PER_S,
+        "kinds": list(KINDS),
+        "counts": counts,
+        "examples": examples,
+        "outcomes": outcomes,
+        "complete": ctx.all_complete and counts["unseen"] == 0,
+        "partitions": [p.__dict__ for p in ctx.partitions],
+        "has_consumers": ctx.has_consumers,
+        "groups": ctx.groups,
+        "latency_ms": latency,
+        "latency_ms_by_fault": latency_by_fault,
+        "availability": {
+            "attempted": attempted, "acked": acked, "ok_ratio": (acked / attempted) if attempted else None,
+            "seconds_with_attempts": sum(1 for r in ts_rows if r["attempted"] > 0),
+            "seconds_unavailable": sum(w["seconds"] for w in windows),
+            "unavailability_windows": windows,
+        },
+        "faults": fault_metrics(sends, faults, t0, end_ns, ts_rows),
+        "unhealed_faults": [f["fault_id"] for f in faults if f["heal_ns"] is None],
+    }
+    metrics["job_seconds"] = round(time.monotonic() - started, 3)
+    (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str))
+    final = run_dir / ANALYSIS_DIR
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    log(f"[analyze] {run_dir.name}: done in {metrics['job_seconds']}s; "
+        + ", ".join(f"{k}={v}" for k, v in counts.items() if v))
+    return metrics
+
+
+def _str_lookup(mapping: Mapping[str, str], key: Column) -> Column:
+    if not mapping:
+        return F.lit(None).cast("string")
+    return F.try_element_at(F.create_map(*[F.lit(x) for kv in mapping.items() for x in kv]), key)
+
+
+def build_session(app_name: str = "kafkaproof-analyze") -> SparkSession:
+    """The SparkSession; settings given to spark-submit (--conf) win over these defaults."""
+    builder = SparkSession.builder.appName(app_name)
+    spark = builder.getOrCreate()
+    conf = spark.sparkContext.getConf()
+    defaults = {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.session.timeZone": "UTC",
+    }
+    for k, v in defaults.items():
+        if not conf.contains(k):
+            spark.conf.set(k, v)
+    spark.sparkContext.setLogLevel(os.environ.get("KAFKAPROOF_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Analyse each run directory given; exit 1 if any failed, 2 on bad input."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="run directories analysed concurrently (default: up to 4); small runs are "
+                             "dominated by Spark's per-job latency, which concurrent jobs overlap")
+    args = parser.parse_args(argv)
+    for d in args.run_dirs:
+        if not (d / "manifest.json").exists():
+            print(f"[analyze] error: {d}/manifest.json missing; not a run directory", file=sys.stderr)
+            return 2
+    spark = build_session()
+
+    def one(d: Path) -> Path | None:
+        try:
+            analyze_run(spark, d, log=lambda m: print(m, flush=True))
+            return None
+        except AnalysisInputError as exc:
+            print(f"[analyze] error: {exc}", file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - report which run failed, then go on with the others
+            print(f"[analyze] error: analysis of {d} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        return d
+
+    parallel = max(1, min(args.parallel or 4, len(args.run_dirs)))
+    try:
+        if parallel == 1:
+            failed = [d for d in map(one, args.run_dirs) if d is not None]
+        else:
+            with ThreadPoolExecutor(max_workers=parallel) as pool:
+                failed = [d for d in pool.map(one, args.run_dirs) if d is not None]
+    finally:
+        spark.stop()
+    if failed:
+        print(f"[analyze] failed: {', '.join(map(str, failed))}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

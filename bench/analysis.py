@@ -11,7 +11,6 @@ values, seconds and values/s. Exit status 1 when a count is off.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile

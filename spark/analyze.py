@@ -677,21 +677,28 @@ def latency_metrics(values: DataFrame, faults: list[dict[str, Any]], end_ns: int
     """
     sent = values.filter(F.col("sent"))
     t = F.coalesce(F.col("send_ns"), F.col("intended_ns"))
+    # The active faults as a bit mask (bit i: faults[i]): a cheap grouping key.
+    mask = F.lit(0).cast("long")
+    for i, f in enumerate(faults[:62]):
+        heal = f["heal_ns"] if f["heal_ns"] is not None else end_ns
+        mask = mask + F.when((t >= F.lit(f["start_ns"])) & (t <= F.lit(heal)), F.lit(1 << i)).otherwise(F.lit(0))
+    names = list(LATENCIES)
     metrics = []
-    for name, (a, b) in LATENCIES.items():
+    for code, (name, (a, b)) in enumerate(LATENCIES.items()):
         cond = F.col(a).isNotNull() & F.col(b).isNotNull()
         if name == "publish":
             cond = cond & (F.col("outcome") == "ok")
-        metrics.append(F.struct(F.lit(name).alias("metric"), F.when(cond, F.col(b) - F.col(a)).alias("d")))
-    pairs = F.array(*metrics).cast("array<struct<metric:string,d:bigint>>")
-    rows = (sent.select(active_fault_ids(faults, t, t, end_ns).alias("faults"), pairs.alias("pairs"))
-            .select("faults", F.inline("pairs")).filter(F.col("d").isNotNull())
+        metrics.append(F.struct(F.lit(code).alias("metric"), F.when(cond, F.col(b) - F.col(a)).alias("d")))
+    pairs = F.array(*metrics).cast("array<struct<metric:int,d:bigint>>")
+    rows = (sent.select(mask.alias("mask"), pairs.alias("pairs"))
+            .select("mask", F.inline("pairs")).filter(F.col("d").isNotNull())
             .withColumn("us", _us(F.col("d"))))
     hist: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
-    for r in rows.groupBy("faults", "metric", value_bucket(F.col("us"), LATENCY_DIGITS).alias("b")).agg(
+    for r in rows.groupBy("mask", "metric", value_bucket(F.col("us"), LATENCY_DIGITS).alias("b")).agg(
             F.count("*").alias("n"), (F.max("d") / NS_PER_MS).alias("mx")).collect():
-        for window in [ALL_VALUES, *(r["faults"] or [NO_FAULT])]:
-            hist.setdefault((window, r["metric"]), []).append((r["b"], r["n"], r["mx"]))
+        active = [f["fault_id"] for i, f in enumerate(faults[:62]) if r["mask"] >> i & 1]
+        for window in [ALL_VALUES, *(active or [NO_FAULT])]:
+            hist.setdefault((window, names[r["metric"]]), []).append((r["b"], r["n"], r["mx"]))
     windows_seen = {w for w, _ in hist} | {ALL_VALUES}
     stats = {w: {n: histogram_percentiles(hist.get((w, n), [])) for n in LATENCIES} for w in windows_seen}
     overall = stats.pop(ALL_VALUES)
@@ -702,12 +709,10 @@ def timeseries_rows(sends: DataFrame, reads: DataFrame, ctx: RunContext, t0: int
                     faults: list[dict[str, Any]], end_ns: int) -> list[dict[str, Any]]:
     """Per-second rows. The per-second aggregates are small: one collect, assembled on the driver."""
     ok = F.col("outcome") == "ok"
-    null_i, null_l, null_d = F.lit(None).cast("int"), F.lit(None).cast("long"), F.lit(None).cast("double")
-
     group = _lookup_col(ctx.consumer_group, "int", F.col("consumer"), 0)
     code = F.when(ok, 0).when(F.col("outcome") == "fail", 1).otherwise(2)
     d = F.when(ok & F.col("complete_ns").isNotNull(), F.col("complete_ns") - F.col("send_ns"))
-    # Three small aggregations, each one pass; the driver folds them into seconds.
+    # Three small aggregations; the driver folds them into seconds.
     # 1. by intended second and outcome, with the publish-latency histogram of acked sends
     intent = (sends.select(_second(F.col("intended_ns"), t0).alias("s"), code.alias("c"), d.alias("d"))
               .withColumn("us", _us(F.col("d")))
@@ -720,24 +725,33 @@ def timeseries_rows(sends: DataFrame, reads: DataFrame, ctx: RunContext, t0: int
     # 3. by read second, group and partition: reads and the highest offset read (position)
     rd = reads.groupBy(_second(F.col("read_ns"), t0).alias("s"), group.alias("g"), F.col("partition").alias("p")).agg(
         F.count("*").alias("n"), F.max("offset").alias("o"))
+    cols = {"s": "long", "c": "int", "b": "long", "p": "int", "ok": "boolean", "g": "int", "n": "long",
+            "mx": "double", "o": "long"}
+
+    def shaped(df: DataFrame, tag: str) -> DataFrame:
+        return df.select(F.lit(tag).alias("tag"), *[(F.col(c) if c in df.columns else F.lit(None)).cast(t).alias(c)
+                                                  for c, t in cols.items()])
+
+    # One job for the three (one collect per Spark job is the cost that matters on small runs).
+    rows = shaped(intent, "intent").unionByName(shaped(done, "done")).unionByName(shaped(rd, "read")).collect()
     by_intent: dict[int, list[int]] = {}
     lat_hist: dict[int, list[tuple[int, int, float]]] = {}
-    for r in intent.collect():
-        counts = by_intent.setdefault(r["s"], [0, 0, 0])
-        counts[r["c"]] += r["n"]
-        if r["b"] is not None:
-            lat_hist.setdefault(r["s"], []).append((r["b"], r["n"], r["mx"]))
     by_done: dict[int, list[int]] = {}
     ack_pos = []
-    for r in done.collect():
-        by_done.setdefault(r["s"], [0, 0])[0 if r["ok"] else 1] += r["n"]
-        if r["o"] is not None:
-            ack_pos.append((r["p"], r["s"], r["o"]))
     by_read: dict[int, int] = {}
     read_pos = []
-    for r in rd.collect():
-        by_read[r["s"]] = by_read.get(r["s"], 0) + r["n"]
-        read_pos.append((r["g"], r["p"], r["s"], r["o"]))
+    for r in rows:
+        if r["tag"] == "intent":
+            by_intent.setdefault(r["s"], [0, 0, 0])[r["c"]] += r["n"]
+            if r["b"] is not None:
+                lat_hist.setdefault(r["s"], []).append((r["b"], r["n"], r["mx"]))
+        elif r["tag"] == "done":
+            by_done.setdefault(r["s"], [0, 0])[0 if r["ok"] else 1] += r["n"]
+            if r["o"] is not None:
+                ack_pos.append((r["p"], r["s"], r["o"]))
+        else:
+            by_read[r["s"]] = by_read.get(r["s"], 0) + r["n"]
+            read_pos.append((r["g"], r["p"], r["s"], r["o"]))
     p99 = {s: histogram_percentiles(h)["p99"] for s, h in lat_hist.items()}
     seconds = set(by_intent) | set(by_done) | set(by_read)
     if not seconds:
@@ -871,9 +885,13 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _write(df: DataFrame, path: Path, files: int | None = 1) -> DataFrame:
+def _write(df: DataFrame, path: Path, files: int | None = 1, dictionary: bool = True) -> DataFrame:
     """Write `df` as Parquet and return it read back (with its schema: no inference job)."""
-    (df.coalesce(files) if files else df).write.mode("overwrite").parquet(str(path))
+    writer = (df.coalesce(files) if files else df).write.mode("overwrite")
+    if not dictionary:
+        # Mostly unique columns: trying dictionaries first costs a third of the write.
+        writer = writer.option("parquet.enable.dictionary", "false")
+    writer.parquet(str(path))
     return df.sparkSession.read.schema(df.schema).parquet(str(path))
 
 
@@ -935,7 +953,7 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
                   if x is not None], default=t0)
 
     values = _write(classify_values(sends, value_observations(audit, reads, ctx), ctx), tmp / "values.parquet",
-                    files=None)
+                    files=None, dictionary=False)
     log(f"[analyze] {run_dir.name}: values classified ({time.monotonic() - started:.1f}s)")
 
     anomalies = (value_anomalies(values, ctx)

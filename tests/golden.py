@@ -326,7 +326,7 @@ def inconsistent_offsets() -> Golden:
     g = Golden("inconsistent_offsets", counts={"inconsistent_offsets": 1, "ack_offset_mismatch": 1}, status="fail")
     g.acked(0, 0, 0)
     x = g.send(0, 1, 10, offset=1)
-    y = g.acked(1, 0, 15, offset=1)
+    g.acked(1, 0, 15, offset=1)          # Y, acked at the same offset and logged there
     g.log(0, 2, x)
     g.value_ids = {"inconsistent_offsets": [x], "ack_offset_mismatch": [x]}
     return g

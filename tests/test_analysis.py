@@ -130,7 +130,6 @@ def test_negative_control_passes_only_when_detected(runs):
 def test_clean_metrics(runs):
     """Latency, availability and fault figures of the clean golden, derived by hand from its construction."""
     m = metrics_of(runs["clean"])
-    assert m["outcomes"] | {} == m["outcomes"]
     assert {k: m["outcomes"][k] for k in ("sent", "acked", "failed", "indefinite", "consumed", "in_log", "reads")} == \
         {"sent": 60, "acked": 40, "failed": 19, "indefinite": 1, "consumed": 40, "in_log": 40, "reads": 40}
     pub = m["latency_ms"]["publish"]
@@ -175,7 +174,7 @@ def test_anomaly_rows_name_their_faults(runs):
     lost = rows[rows["kind"] == "lost"].iloc[0]
     assert list(lost["fault_ids"]) == ["f1"] and list(lost["fault_kinds"]) == ["kill"]
     incons = rows[rows["kind"] == "inconsistent_offsets"].iloc[0]
-    assert sorted(incons["value_ids"]) == [2, (1 << 32) * 0 + 3]
+    assert sorted(incons["value_ids"]) == [2, 3]  # X acked there, Y logged there
 
 
 @pytest.mark.spark

@@ -62,7 +62,7 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     assert tasks["gate"].trigger_rule == "all_done"
     # groups run one after another (one cluster per host)
     assert {"baseline.teardown_cluster", "baseline.summarize_and_report"} <= \
-        tasks["consumer_crash_commit_auto.provision"].upstream_task_ids
+        tasks["consumer_crash_commit_before.provision"].upstream_task_ids
     manual = bag.get_dag("kafka_reliability_manual")
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
     assert {"kafka_version", "messages", "bootstrap"} <= set(manual.params)

@@ -199,6 +199,11 @@ def test_validate_without_analysis_is_an_error(tmp_path):
 @pytest.mark.unit
 def test_policy_covers_every_kind_of_the_job():
     assert policy.names == job.KINDS
+    # spark/analyze.py runs without the package, so it keeps its own copy of the flag columns
+    from kafkaproof.policy import VALUE_FLAGS
+    from kafkaproof.scenario import ANOMALIES
+    assert VALUE_FLAGS == job.VALUE_FLAGS
+    assert set(ANOMALIES) <= set(job.KINDS), "every anomaly a scenario may expect is one the job counts"
 
 
 @pytest.mark.unit

@@ -8,9 +8,11 @@ export AIRFLOW__CORE__PLUGINS_FOLDER="$_kp_root/plugins"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER="$AIRFLOW_HOME/logs"
 # Spark: local[2] by default; point it at a cluster with e.g. {"conn_type":"spark","host":"spark://host:7077"}.
-export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\":\"spark\",\"host\":\"local[2]\"}}"
+# (JSON braces cannot sit inside ${VAR:-default}: a set variable would gain a stray '}'.)
+[ -n "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ] || export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type":"spark","host":"local[2]"}'
 # An existing Kafka cluster for the manual DAG (its Extra JSON is the confluent-kafka client config).
-export AIRFLOW_CONN_KAFKA_DEFAULT="${AIRFLOW_CONN_KAFKA_DEFAULT:-{\"conn_type\":\"kafka\",\"extra\":{\"bootstrap.servers\":\"localhost:9092\"}}}"
+[ -n "${AIRFLOW_CONN_KAFKA_DEFAULT:-}" ] || \
+  export AIRFLOW_CONN_KAFKA_DEFAULT='{"conn_type":"kafka","extra":{"bootstrap.servers":"localhost:9092"}}'
 export KAFKAPROOF_CACHE="${KAFKAPROOF_CACHE:-$_kp_root/.cache}"
 export KAFKAPROOF_STATE="${KAFKAPROOF_STATE:-$_kp_root/.state}"
 export KAFKAPROOF_RUNS="${KAFKAPROOF_RUNS:-$_kp_root/runs}"

@@ -85,3 +85,11 @@ def test_cluster_names_are_short_and_distinct():
     a = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "baseline")
     b = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "e1")
     assert a != b and a.startswith("af-") and len(a) <= 31
+
+
+def test_pipeline_clusters_get_the_proxy_a_scenario_needs():
+    from kafkaproof.runner import cluster_config
+    (scn,) = pipeline.suite(names=["lost-acks-idempotence-off"])
+    assert cluster_config(scn.data, "af-x").proxy is True
+    (plain,) = pipeline.suite(names=["baseline"])
+    assert cluster_config(plain.data, "af-y").proxy is False

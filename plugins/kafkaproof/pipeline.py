@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import history, state
-from .cluster import ClusterConfig, LocalCluster
+from .cluster import LocalCluster
 from .errors import ClusterError, KafkaproofError, LedgerError
 from .ledger import read_manifest
 from .paths import repo_root, runs_dir
@@ -75,11 +75,10 @@ def provision(scenario_path: str, cluster_name: str, kafka_version: str | None =
     if cluster_name in state.list_clusters():
         LocalCluster.attach(cluster_name).down()  # a retry of this task: start clean
     wait_for_exclusive_host(cluster_name)
-    c = scn.data["cluster"]
-    cluster = LocalCluster.up(ClusterConfig(name=cluster_name, brokers=c["brokers"], controllers=c["controllers"],
-                                            kafka_version=c["kafka_version"], broker_config=c["config"],
-                                            node_config={int(k): v for k, v in c["node_config"].items()}))
-    return {"cluster": cluster_name, "bootstrap": cluster.bootstrap_servers(), "kafka_version": c["kafka_version"]}
+    from .runner import cluster_config
+    cluster = LocalCluster.up(cluster_config(scn.data, cluster_name))
+    return {"cluster": cluster_name, "bootstrap": cluster.bootstrap_servers(),
+            "kafka_version": scn.data["cluster"]["kafka_version"]}
 
 
 def run(scenario_path: str, out: str | None = None, cluster_name: str | None = None, messages: int | None = None,

@@ -61,6 +61,15 @@ class RunResult:
     error: str | None = None
 
 
+def cluster_config(data: dict, name: str) -> ClusterConfig:
+    """Pure: the local cluster a resolved scenario asks for."""
+    c = data["cluster"]
+    return ClusterConfig(name=name, brokers=c["brokers"], controllers=c["controllers"],
+                         kafka_version=c["kafka_version"], broker_config=c["config"],
+                         node_config={int(k): v for k, v in c["node_config"].items()},
+                         proxy=bool(c.get("proxy", False)))
+
+
 def new_run_id(scenario_name: str) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{scenario_name}-{stamp}-{uuid.uuid4().hex[:4]}"
@@ -491,11 +500,7 @@ class ScenarioRun:
             self.direct_bootstrap = self.cluster.direct_bootstrap()
             self.manifest["cluster"] = self.cluster.status()
         elif self.options.bootstrap is None:
-            c = data["cluster"]
-            cfg = ClusterConfig(name=self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}",
-                                brokers=c["brokers"], controllers=c["controllers"], kafka_version=c["kafka_version"],
-                                broker_config=c["config"], node_config={int(k): v for k, v in c["node_config"].items()},
-                                proxy=bool(c.get("proxy", False)))
+            cfg = cluster_config(data, self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")
             with self.phase("provision"):
                 self.cluster = LocalCluster.up(cfg)
             stack.callback(self._teardown)

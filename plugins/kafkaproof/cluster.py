@@ -34,7 +34,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from . import logs, network, process, state
 from .errors import ClusterError, ClusterNotRunning, FaultError
@@ -224,19 +224,6 @@ def _free_slot(use_netns: bool) -> int:
         if slot not in used:
             return slot
     raise ClusterError("no free cluster slot: run `kafkaproof cluster down --all`")
-
-
-@dataclass
-class NodeStatus:
-    id: int
-    roles: str
-    address: str
-    pid: int | None
-    state: str  # running | paused | dead
-
-    @property
-    def alive(self) -> bool:
-        return self.state == "running"
 
 
 class LocalCluster:
@@ -803,9 +790,3 @@ def down_all() -> list[str]:
             slot, node_id = slot_node.split("n")
             network.destroy_link(network.plan_link(int(slot), 0, int(node_id)))
     return names
-
-
-def iter_live_nodes(cluster: LocalCluster) -> Iterator[int]:
-    for nid in cluster.node_ids():
-        if cluster.node_state(nid) == "running":
-            yield nid

@@ -105,8 +105,22 @@ SCHEMAS: dict[str, T.StructType] = {
         ("ts_ns", _I64), ("partition", _I32), ("leader", _I32), ("replicas", T.ArrayType(_I32)),
         ("isr", T.ArrayType(_I32)), ("controller", _I32), ("live_nodes", T.ArrayType(_I32)),
     ),
+    # Only the columns the attribution needs (Parquet reads the named columns).
+    "proxy_events": _schema(
+        ("ts_ns", _I64), ("fault_id", _STR), ("rule_id", _STR), ("broker", _I32), ("conn", _I64),
+        ("correlation_id", _I32), ("action", _STR), ("phase", _STR), ("topic", _STR),
+        ("partitions", T.ArrayType(_I32)), ("base_offsets", T.ArrayType(_I64)),
+        ("record_counts", T.ArrayType(_I32)),
+    ),
 }
 REQUIRED_TABLES = ("sends", "audit")
+
+# Value-level kinds whose first copy in the log may be a write the client never heard
+# of (a Produce response the fault proxy dropped or replaced): attributed to that fault.
+ATTRIBUTED_KINDS: tuple[str, ...] = ("duplicates", "aborted_reads", "indefinite_landed")
+# proxy_events phases after which the broker had written a batch the client was not told about.
+UNACKNOWLEDGED_WRITE_PHASES = ("response_dropped", "response_replaced")
+UNATTRIBUTED = "(unattributed)"
 
 ANOMALIES_SCHEMA = _schema(
     ("kind", _STR), ("value_id", _I64), ("producer", _I32), ("partition", _I32), ("offset", _I64),
@@ -152,6 +166,7 @@ class RunContext:
     consumer_read_committed: dict[int, bool]
     groups: list[str]
     has_consumers: bool
+    topic: str | None = None  # the scenario topic (proxy events of other topics are ignored)
     manifest: dict[str, Any] = field(repr=False, default_factory=dict)
     cached: list[DataFrame] = field(repr=False, default_factory=list)  # persisted for one run; unpersisted after
 
@@ -267,6 +282,7 @@ def build_context(run_dir: Path, manifest: Mapping[str, Any]) -> RunContext:
         consumer_read_committed=consumer_rc,
         groups=group_names,
         has_consumers=bool(consumers),
+        topic=manifest.get("topic") or (scenario.get("topic") or {}).get("name"),
         manifest=dict(manifest),
     )
 
@@ -482,6 +498,93 @@ def reorder_anomalies(values: DataFrame) -> DataFrame:
         F.format_string("seq %s at offset %s, below offset %s of the producer's previous acked value %s (seq %s)",
                         F.col("seq"), F.col("offset"), F.col("prev_offset"), F.col("prev_value_id"),
                         F.col("prev_seq")).alias("detail"))
+
+
+# --------------------------------------------------------------------------- causes
+
+def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) -> list[dict[str, Any]]:
+    """Pure: the writes the broker made but the client never heard of, one per partition write.
+
+    From `proxy_events` rows whose phase is `response_dropped` (lost ack) or
+    `response_replaced` (an error answered after the broker appended): each partition
+    with a base offset >= 0 took offsets [base, base + record_count - 1] (only `base`
+    when the count is unknown). Rows of other topics are ignored when `topic` is
+    known; a write recorded twice is kept once (earliest).
+    """
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: r["ts_ns"] or 0):
+        if r["phase"] not in UNACKNOWLEDGED_WRITE_PHASES or not r["base_offsets"]:
+            continue
+        if topic is not None and r["topic"] is not None and r["topic"] != topic:
+            continue
+        counts = r["record_counts"] or []
+        for i, (partition, base) in enumerate(zip(r["partitions"] or [], r["base_offsets"])):
+            if base is None or base < 0:
+                continue
+            n = counts[i] if i < len(counts) and counts[i] is not None and counts[i] > 0 else 1
+            out.setdefault((int(partition), int(base)), {
+                "partition": int(partition), "first_offset": int(base), "last_offset": int(base) + n - 1,
+                "cause_fault_id": r["fault_id"] or r["rule_id"], "action": r["action"], "phase": r["phase"],
+                "broker": r["broker"], "conn": r["conn"], "correlation_id": r["correlation_id"], "ts_ns": r["ts_ns"],
+            })
+    return sorted(out.values(), key=lambda w: (w["partition"], w["first_offset"]))
+
+
+def cause_text(write: Mapping[str, Any]) -> str:
+    """Pure: one sentence naming the proxy action behind an attributed anomaly."""
+    what = ("dropped its response (lost ack)" if write["phase"] == "response_dropped"
+            else "replaced its response with an error")
+    return (f"first copy is the write at offsets {write['first_offset']}..{write['last_offset']} whose Produce "
+            f"(broker {write['broker']}, connection {write['conn']}, correlation id {write['correlation_id']}) "
+            f"the fault proxy {what}: fault {write['cause_fault_id']}")
+
+
+WRITES_SCHEMA = _schema(
+    ("partition", _I32), ("first_offset", _I64), ("last_offset", _I64), ("cause_fault_id", _STR), ("cause", _STR),
+)
+
+
+def attribute_causes(spark: SparkSession, anomalies: DataFrame, writes: list[dict[str, Any]]) -> DataFrame:
+    """Add `cause_fault_id`/`cause`: set on ATTRIBUTED_KINDS rows whose first log copy
+    (`offset`) lies in an unacknowledged write of the same partition, else null."""
+    if not writes:
+        return (anomalies.withColumn("cause_fault_id", F.lit(None).cast("string"))
+                .withColumn("cause", F.lit(None).cast("string")))
+    w = spark.createDataFrame([(x["partition"], x["first_offset"], x["last_offset"], x["cause_fault_id"],
+                                cause_text(x)) for x in writes], WRITES_SCHEMA).alias("w")
+    a = anomalies.alias("a")
+    hit = ((F.col("a.kind").isin(*ATTRIBUTED_KINDS)) & (F.col("a.partition") == F.col("w.partition"))
+           & F.col("a.offset").between(F.col("w.first_offset"), F.col("w.last_offset")))
+    # Writes never overlap within a partition, so each anomaly matches at most one.
+    joined = a.join(F.broadcast(w), hit, "left")
+    detail = F.when(F.col("w.cause").isNotNull(), F.concat_ws("; ", F.col("a.detail"), F.col("w.cause"))) \
+        .otherwise(F.col("a.detail"))
+    cols = [F.col(f"a.{c}") for c in anomalies.columns if c != "detail"]
+    return joined.select(*cols, detail.alias("detail"), F.col("w.cause_fault_id").alias("cause_fault_id"),
+                         F.col("w.cause").alias("cause"))
+
+
+def attribution_metrics(anomalies: DataFrame, writes: list[dict[str, Any]]) -> dict[str, Any]:
+    """metrics.json `attribution`: per attributable kind, how many rows each fault caused."""
+    rows = (anomalies.filter(F.col("kind").isin(*ATTRIBUTED_KINDS))
+            .groupBy("kind", F.coalesce("cause_fault_id", F.lit(UNATTRIBUTED)).alias("cause"))
+            .count().collect())
+    by_kind: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        k = by_kind.setdefault(r["kind"], {"attributed": 0, "unattributed": 0, "by_fault": {}})
+        if r["cause"] == UNATTRIBUTED:
+            k["unattributed"] += int(r["count"])
+        else:
+            k["attributed"] += int(r["count"])
+            k["by_fault"][r["cause"]] = int(r["count"])
+    by_fault: dict[str, dict[str, int]] = {}
+    for x in writes:
+        f = by_fault.setdefault(x["cause_fault_id"], {"writes": 0, "records": 0})
+        f["writes"] += 1
+        f["records"] += x["last_offset"] - x["first_offset"] + 1
+    return {"unacknowledged_writes": len(writes),
+            "unacknowledged_records": sum(x["last_offset"] - x["first_offset"] + 1 for x in writes),
+            "writes_by_fault": by_fault, "kinds": by_kind}
 
 
 # --------------------------------------------------------------------------- offsets
@@ -960,6 +1063,8 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
                  .unionByName(reorder_anomalies(values))
                  .unionByName(offset_anomalies(sends, audit, reads, ctx))
                  .unionByName(poll_anomalies(reads, tables["consumer_events"], audit, ctx)))
+    writes = unacknowledged_writes([r.asDict() for r in tables["proxy_events"].collect()], ctx.topic)
+    anomalies = attribute_causes(spark, anomalies, writes)
     fault_ids = active_fault_ids(faults, F.col("t_start_ns"), F.coalesce("t_end_ns", "t_start_ns"), end_ns)
     anomalies = (anomalies.withColumn("t_s", (F.col("t_start_ns") - F.lit(t0)).cast("double") / NS_PER_S)
                  .withColumn("fault_ids", fault_ids)
@@ -971,6 +1076,7 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
     log(f"[analyze] {run_dir.name}: anomalies found ({time.monotonic() - started:.1f}s)")
 
     counts, examples = count_and_examples(anomalies)
+    attribution = attribution_metrics(anomalies, writes)
     outcomes = outcome_counts(values, audit, reads)
     ts_rows = timeseries_rows(sends, reads, ctx, t0, faults, end_ns)
     spark.createDataFrame(ts_rows, TIMESERIES_SCHEMA).coalesce(1).write.mode("overwrite").parquet(
@@ -1002,6 +1108,7 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
         },
         "faults": fault_metrics(sends, faults, t0, end_ns, ts_rows),
         "unhealed_faults": [f["fault_id"] for f in faults if f["heal_ns"] is None],
+        "attribution": attribution,
     }
     metrics["job_seconds"] = round(time.monotonic() - started, 3)
     (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str))

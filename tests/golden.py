@@ -39,6 +39,7 @@ class Golden:
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TABLES})
     partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
     analysis_from: str | None = None  # same ledger as that golden: reuse its analysis (only the manifest differs)
+    causes: dict[int, str | None] = field(default_factory=dict)  # value id -> cause_fault_id of its anomaly rows
     _next_offset: dict[int, int] = field(default_factory=dict)
     _poll: dict[int, int] = field(default_factory=dict)
 
@@ -102,6 +103,17 @@ class Golden:
             "start_ns": ns(start_ms), "heal_ns": None if heal_ms is None else ns(heal_ms),
             "start_wall": "2026-01-01T00:00:00Z", "heal_wall": None})
 
+    def proxy_event(self, fault_id: str, phase: str, t_ms: float, partition: int, base_offset: int,
+                    record_count: int | None, *, correlation_id: int = 1, topic: str | None = "t") -> None:
+        """A fault-proxy action on a Produce (`response_dropped`: the broker wrote, the ack was lost)."""
+        self.rows["proxy_events"].append({
+            "ts_ns": ns(t_ms), "fault_id": fault_id, "rule_id": fault_id, "broker": 1, "proxy": "10.77.1.1:9092",
+            "conn": 3, "client_id": "rdkafka", "api": "produce", "api_key": 0, "api_version": 9,
+            "correlation_id": correlation_id, "action": "lost_ack", "phase": phase, "topic": topic,
+            "partitions": [partition], "base_offsets": [base_offset] if phase != "request_forwarded" else None,
+            "error_code": None, "delay_ms": None, "detail": None,
+            "record_counts": None if record_count is None else [record_count]})
+
     def read_all(self, consumer: int, partition: int, t_ms: float, **kw: Any) -> None:
         """The consumer reads, in order, every read_committed record of a partition."""
         recs = sorted((r["offset"], r["value_id"]) for r in self.rows["audit"]
@@ -123,6 +135,7 @@ class Golden:
         return {
             "run_id": f"golden-{self.name}",
             "status": self.manifest_status,
+            "topic": "t",
             "scenario": {"name": self.name, "guarantee": self.guarantee, "expect": self.expect,
                          "producers": self.producers, "consumers": self.consumers},
             "clock": {"monotonic_origin_ns": T0_NS, "wall_origin_ns": WALL0_NS},
@@ -275,6 +288,38 @@ def duplicates_allowed() -> Golden:
     return g
 
 
+def lost_ack_attribution() -> Golden:
+    """Duplicates tied to the lost ack that caused them, and one that no proxy action explains.
+
+    The proxy dropped the response to a 2-record write at offsets 1..2 (fault `la`);
+    the producer retried and the batch landed again at 3..4. It also dropped the
+    response to the write at 7 (count unknown: the base offset alone), whose send then
+    ended indefinite. The copies at 5 and 6 have no proxy action behind them, and a
+    dropped write of another topic is ignored.
+    """
+    g = Golden("lost_ack_attribution", consumers=[{"group": "g"}],
+               counts={"duplicates": 3, "indefinite_landed": 1})
+    g.fault("la", "lost_ack", 5, 60, target="all")
+    g.event(0, "assign", 0, [0])
+    g.acked(0, 0, 0)
+    d1, d2 = g.send(0, 1, 10, offset=3), g.send(0, 2, 11, offset=4)
+    g.proxy_event("la", "request_forwarded", 12, 0, -1, 2)
+    g.proxy_event("la", "response_dropped", 14, 0, 1, 2)
+    for off, vid in ((1, d1), (2, d2), (3, d1), (4, d2)):
+        g.log(0, off, vid)
+    u = g.send(0, 3, 20, offset=6)
+    g.log(0, 5, u)
+    g.log(0, 6, u)
+    g.proxy_event("la", "response_dropped", 16, 0, 5, 2, topic="other-topic")
+    i = g.send(0, 4, 30, outcome="indefinite", latency_ms=500)
+    g.proxy_event("la", "response_dropped", 31, 0, 7, None, correlation_id=2)
+    g.log(0, 7, i)
+    g.read_all(0, 0, 100)
+    g.value_ids = {"duplicates": [d1, d2, u], "indefinite_landed": [i]}
+    g.causes = {d1: "la", d2: "la", u: None, i: "la"}
+    return g
+
+
 def redeliveries() -> Golden:
     """A consumer crashes after reading 0..3 and committing 2; its successor re-reads 2..5."""
     g = Golden("redeliveries", guarantee="exactly-once", consumers=[{"group": "g"}],
@@ -421,7 +466,7 @@ def incomplete_manifest() -> Golden:
 
 GOLDENS: dict[str, Callable[[], Golden]] = {f.__name__: f for f in (
     clean, clean_txn, lost, lost_detected, detect_missing, lost_unconfirmed, unseen, not_delivered, duplicates,
-    duplicates_allowed, redeliveries, aborted_reads, indefinite_landed, inconsistent_offsets, ack_offset_mismatch,
+    duplicates_allowed, lost_ack_attribution, redeliveries, aborted_reads, indefinite_landed, inconsistent_offsets, ack_offset_mismatch,
     reordering, reordering_allowed, poll_skips, poll_rewinds, unknown_values, incomplete_manifest,
 )}
 

@@ -159,8 +159,8 @@ def test_output_schemas(runs):
             "aborted_read", "indefinite_landed", "unknown_value"} <= set(values.columns)
     anomalies = pq.read_table(d / "anomalies.parquet").schema.names
     assert anomalies == ["kind", "value_id", "producer", "partition", "offset", "offsets", "value_ids", "consumer",
-                         "consumer_pid", "group", "t_start_ns", "t_end_ns", "detail", "t_s", "fault_ids",
-                         "fault_kinds", "fault_targets"]
+                         "consumer_pid", "group", "t_start_ns", "t_end_ns", "detail", "cause_fault_id", "cause",
+                         "t_s", "fault_ids", "fault_kinds", "fault_targets"]
     ts = pq.read_table(d / "timeseries.parquet").to_pandas()
     assert list(ts["second"]) == list(range(6))
     assert list(ts["attempted"]) == [10] * 6
@@ -175,6 +175,45 @@ def test_anomaly_rows_name_their_faults(runs):
     assert list(lost["fault_ids"]) == ["f1"] and list(lost["fault_kinds"]) == ["kill"]
     incons = rows[rows["kind"] == "inconsistent_offsets"].iloc[0]
     assert sorted(incons["value_ids"]) == [2, 3]  # X acked there, Y logged there
+
+
+@pytest.mark.spark
+def test_duplicates_are_attributed_to_the_lost_ack_that_caused_them(runs):
+    g = GOLDENS["lost_ack_attribution"]
+    rows = anomalies_of(runs["lost_ack_attribution"])
+    got = {int(r["value_id"]): (None if r["cause_fault_id"] is None else r["cause_fault_id"])
+           for _, r in rows.iterrows()}
+    assert got == g.causes
+    first = rows[rows["value_id"] == min(g.value_ids["duplicates"])].iloc[0]
+    assert "offsets 1..2" in first["cause"] and "correlation id 1" in first["cause"] and "lost ack" in first["cause"]
+    assert first["cause"] in first["detail"]
+    att = metrics_of(runs["lost_ack_attribution"])["attribution"]
+    assert att["unacknowledged_writes"] == 2 and att["unacknowledged_records"] == 3  # other topic ignored
+    assert att["kinds"]["duplicates"] == {"attributed": 2, "unattributed": 1, "by_fault": {"la": 2}}
+    assert att["kinds"]["indefinite_landed"] == {"attributed": 1, "unattributed": 0, "by_fault": {"la": 1}}
+    # without proxy events nothing is attributed, and the metrics say so
+    plain = metrics_of(runs["duplicates"])["attribution"]
+    assert plain["unacknowledged_writes"] == 0
+    assert plain["kinds"]["duplicates"] == {"attributed": 0, "unattributed": 1, "by_fault": {}}
+
+
+@pytest.mark.unit
+def test_unacknowledged_writes_from_proxy_events():
+    def row(phase, base, counts, topic="t", ts=1, fault="f"):
+        return {"ts_ns": ts, "fault_id": fault, "rule_id": fault, "broker": 2, "conn": 1, "correlation_id": 9,
+                "action": "lost_ack", "phase": phase, "topic": topic, "partitions": [0, 1],
+                "base_offsets": base, "record_counts": counts}
+    writes = job.unacknowledged_writes([
+        row("request_forwarded", None, [3, 1]),
+        row("response_dropped", [10, -1], [3, 1]),              # partition 1 answered an error: nothing written
+        row("response_replaced", [20, 5], None, ts=2),          # count unknown: the base offset alone
+        row("response_dropped", [10, -1], [3, 1], ts=3),        # the same write reported again: kept once
+        row("response_dropped", [99, 99], [1, 1], topic="u"),   # another topic
+    ], "t")
+    assert [(w["partition"], w["first_offset"], w["last_offset"], w["phase"]) for w in writes] == [
+        (0, 10, 12, "response_dropped"), (0, 20, 20, "response_replaced"), (1, 5, 5, "response_replaced")]
+    assert "replaced its response with an error" in job.cause_text(writes[1])
+    assert job.unacknowledged_writes([], "t") == []
 
 
 @pytest.mark.spark

@@ -24,7 +24,7 @@ from kafkaproof.proxy import (
 )
 from kafkaproof.proxy import protocol as kp
 from kafkaproof.proxy.errors import ControlError, KafkaProtocolError, ProxyError
-from kafkaproof.proxy.fake_broker import FakeBroker, FakeCluster, RawClient, produce_request
+from kafkaproof.proxy.fake_broker import FakeBroker, FakeCluster, RawClient, make_batch, produce_request
 from kafkaproof.proxy.rules import Latency, Pacer, RuleState
 from kafkaproof.proxy.server import parse_hostport
 
@@ -176,7 +176,18 @@ def test_produce_acks_and_targets_every_version(version: int, acks: int) -> None
     names = {v: k for k, v in ids.items()}
     targets = kp.produce_targets(frame, header, names)
     assert [(t.topic, t.partitions) for t in targets] == [("alpha", (0, 3)), ("beta", (1,))]
+    assert [t.record_counts for t in targets] == [(5, 5), (5,)]  # offsets each write takes
     assert targets == kp.request_targets(kp.decode_request(frame, header), names)
+
+
+def test_record_batch_offsets_sums_batches_and_refuses_legacy_message_sets() -> None:
+    two = make_batch(3) + make_batch(4)
+    assert kp.record_batch_offsets(two, 0, len(two)) == 7
+    legacy = bytearray(make_batch(3))
+    legacy[16] = 1  # magic 1: a legacy message set, whose offsets the proxy does not count
+    assert kp.record_batch_offsets(bytes(legacy), 0, len(legacy)) == -1
+    assert kp.record_batch_offsets(two, 0, len(two) - 1) == -1  # truncated
+    assert kp.record_batch_offsets(b"", 0, 0) == 0
 
 
 def test_truncated_produce_is_a_protocol_error() -> None:
@@ -415,7 +426,7 @@ def test_lost_ack_drops_exactly_the_matching_response(run: Any) -> None:
             assert phases == [("request_forwarded", 11), ("response_dropped", 11)]
             dropped = s.faults(phase="response_dropped")[0]
             assert dropped["action"] == "lost_ack" and dropped["api"] == "produce"
-            assert dropped["topics"] == [{"topic": "u", "partitions": [1]}]
+            assert dropped["topics"] == [{"topic": "u", "partitions": [1], "record_counts": [1]}]
             assert dropped["detail"]["results"] == [
                 {"topic": "u", "partition": 1, "error_code": 0, "error": "NONE", "base_offset": 0}]
             assert s.sink.of("rule_expired", rule_id=rule_id)
@@ -798,7 +809,7 @@ def test_events_file_has_clocks_and_context(tmp_path: Any, run: Any) -> None:
                            "client_id": "producer-7", "rule_id": rid, "action": "lost_ack"}.items():
             assert fault[key] == value, key
         assert fault["client"].startswith("127.0.0.1:") and fault["proxy"].startswith("127.0.0.1:")
-        assert fault["topics"] == [{"topic": "t", "partitions": [0]}]
+        assert fault["topics"] == [{"topic": "t", "partitions": [0], "record_counts": [1]}]
     run(scenario())
 
 
@@ -966,7 +977,7 @@ def test_json_safe_events(run: Any) -> None:
             await client.send(produce_request(13, {"t": [0]}, topic_ids=s.cluster.topic_ids), 1)
             await asyncio.sleep(0.2)
             assert s.faults(phase="response_dropped")[0]["topics"] == [
-                {"topic": "t", "partitions": [0], "topic_id": str(s.cluster.topic_ids["t"])}]
+                {"topic": "t", "partitions": [0], "topic_id": str(s.cluster.topic_ids["t"]), "record_counts": [1]}]
             await client.close()
             for event in s.sink.events:
                 json.dumps(event)

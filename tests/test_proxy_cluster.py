@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kafkaproof import ledger, network, process, state
+from kafkaproof import analysis, ledger, network, process, state
 from kafkaproof.cluster import LocalCluster
 from kafkaproof.faults import FaultInjector, FaultSpec
 from kafkaproof.proxy import read_events
@@ -262,6 +262,7 @@ def test_a_blackholed_connection_times_out_and_the_retry_lands_once(cluster):
     assert list(log_of(cluster, topic, 0).values()) == [value]
 
 
+@pytest.mark.spark
 def test_a_scenario_run_records_proxy_events_and_ties_duplicates_to_them(cluster, tmp_path):
     doc = {"name": f"t-proxy-{uuid.uuid4().hex[:4]}", "guarantee": "at-least-once",
            "topic": {"partitions": 3, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
@@ -291,9 +292,21 @@ def test_a_scenario_run_records_proxy_events_and_ties_duplicates_to_them(cluster
     log = audit[audit["isolation"] == "read_committed"]
     counts = log.groupby("value_id").size()
     at = log.set_index(["partition", "offset"])["value_id"]
+    lost_write_values = set()
     for _, row in dropped.iterrows():
-        for partition, base in zip(row["partitions"], row["base_offsets"]):
-            assert base >= 0 and counts[at[(partition, base)]] == 2, "the dropped write is one of two copies"
+        for partition, base, n in zip(row["partitions"], row["base_offsets"], row["record_counts"]):
+            assert base >= 0 and n >= 1
+            for offset in range(base, base + n):
+                assert counts[at[(partition, offset)]] == 2, "every record of the dropped write is one of two copies"
+                lost_write_values.add(int(at[(partition, offset)]))
+    assert set(counts[counts > 1].index) == lost_write_values, "exactly the unacknowledged writes are duplicated"
+    # The Spark analysis ties every duplicate to this fault.
+    metrics = analysis.analyze(result.run_dir, extra_conf={"spark.sql.shuffle.partitions": "2"}, quiet=True)
+    assert metrics["counts"]["duplicates"] == len(lost_write_values)
+    assert metrics["attribution"]["kinds"]["duplicates"] == {
+        "attributed": len(lost_write_values), "unattributed": 0, "by_fault": {fault["fault_id"]: len(lost_write_values)}}
+    anomalies = pq.read_table(result.run_dir / "analysis" / "anomalies.parquet").to_pandas()
+    assert set(anomalies[anomalies["kind"] == "duplicates"]["cause_fault_id"]) == {fault["fault_id"]}
     assert (result.run_dir / "work" / "proxy-events.jsonl").exists()
     manifest = ledger.read_manifest(result.run_dir)
     assert manifest["counts"]["proxy_events"] == len(events) and manifest["direct_bootstrap"] != manifest["bootstrap"]
@@ -328,3 +341,4 @@ def test_loopback_cluster_with_a_proxy(make_cluster):
         injector.heal(fault.fault_id)
     assert reports[0]["error"] is None and requests[1] == 2
     assert [e["phase"] for e in fault_events(c, fault.fault_id)] == ["answered_without_forwarding"]
+

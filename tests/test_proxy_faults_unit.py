@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from kafkaproof import ledger, state
@@ -159,7 +161,7 @@ def test_catalog_has_the_proxy_scenarios():
 def _event(phase, **kw):
     base = {"event": "fault", "ts_ns": 10, "proxy": "10.77.1.1:9092", "broker": 1, "conn": 3, "client_id": "rdkafka",
             "api_key": 0, "api": "produce", "api_version": 10, "correlation_id": 7,
-            "topics": [{"topic": "t", "partitions": [0, 2]}], "rule_id": "lost_ack-0123abcd", "action": "lost_ack",
+            "topics": [{"topic": "t", "partitions": [0, 2], "record_counts": [5, 3]}], "rule_id": "lost_ack-0123abcd", "action": "lost_ack",
             "phase": phase}
     base.update(kw)
     return base
@@ -177,6 +179,7 @@ def test_proxy_event_rows_carry_what_the_broker_wrote():
     assert [r["phase"] for r in rows] == ["request_forwarded", "response_dropped", "delayed"]
     assert rows[0]["base_offsets"] is None and rows[0]["fault_id"] == "lost_ack-0123abcd"
     assert rows[1]["partitions"] == [0, 2] and rows[1]["base_offsets"] == [41, -1]
+    assert rows[1]["record_counts"] == [5, 3], "offsets 41..45 of partition 0 are the unacknowledged write"
     assert rows[2]["fault_id"] is None and rows[2]["rule_id"] == "r9" and rows[2]["delay_ms"] == 30000.0
     assert json.loads(rows[1]["detail"])["results"][0]["base_offset"] == 41
 
@@ -187,6 +190,10 @@ def test_ledger_tables_stay_compatible(tmp_path):
     older = tmp_path / "older"
     older.mkdir()
     assert ledger.read_table(older, "proxy_events").num_rows == 0, "runs from before the proxy read as empty"
+    before_counts = pa.schema([f for f in ledger.PROXY_EVENTS if f.name != "record_counts"])
+    pq.write_table(pa.table({"ts_ns": [1], "partitions": [[0]]}, schema=pa.schema(
+        [before_counts.field("ts_ns"), before_counts.field("partitions")])), older / "proxy_events.parquet")
+    assert ledger.read_table(older, "proxy_events").column("record_counts").to_pylist() == [None]
     assert [f.name for f in ledger.FAULTS][-2:] == ["proxy_rule", "proxy_fired"], "new columns go last"
 
 

@@ -465,6 +465,18 @@ def test_anomaly_sentences_one_and_many():
 
 
 @pytest.mark.unit
+def test_attribution_text_names_the_faults_behind_a_kind():
+    metrics = {"attribution": {"unacknowledged_writes": 4, "unacknowledged_records": 9, "kinds": {
+        "duplicates": {"attributed": 9, "unattributed": 2, "by_fault": {"lost_ack-1": 9}}}}}
+    text = report.attribution_text(metrics, "duplicates")
+    assert "9 by fault lost_ack-1" in text and "4 such writes, 9 records" in text
+    assert "not explained by a proxy action: 2" in text
+    assert report.attribution_text(metrics, "lost") is None
+    no_proxy = {"attribution": {"unacknowledged_writes": 0, "kinds": {"duplicates": {"unattributed": 3}}}}
+    assert report.attribution_text(no_proxy, "duplicates") is None and report.attribution_text(None, "x") is None
+
+
+@pytest.mark.unit
 def test_build_verdict_cases():
     m = manifest("r", expect_detect=True)
     counts = {"lost": 0}

@@ -105,6 +105,7 @@ PROXY_EVENTS = pa.schema([
     ("error_code", pa.int32()),
     ("delay_ms", pa.float64()),
     ("detail", pa.string()),
+    ("record_counts", pa.list_(pa.int32())),
 ])
 
 CLUSTER_SNAPSHOTS = pa.schema([

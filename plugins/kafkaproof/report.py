@@ -831,6 +831,19 @@ def example_rows(rows: pd.DataFrame, t: pd.Series, windows: Sequence[FaultWindow
     return out
 
 
+def attribution_text(metrics: Mapping[str, Any] | None, kind: str) -> str | None:
+    """'Caused by …' for a kind the analysis ties to fault-proxy actions (metrics `attribution`), else None."""
+    att = ((metrics or {}).get("attribution") or {})
+    k = (att.get("kinds") or {}).get(kind)
+    if not k or not att.get("unacknowledged_writes"):
+        return None
+    faults = ", ".join(f"{fmt_int(n)} by fault {f}" for f, n in sorted(k.get("by_fault", {}).items()))
+    return (f"Caused by a write the client never heard of (the fault proxy dropped or replaced its Produce "
+            f"response; {fmt_int(att['unacknowledged_writes'])} such writes, "
+            f"{fmt_int(att.get('unacknowledged_records'))} records): {faults or 'none'}; "
+            f"not explained by a proxy action: {fmt_int(k.get('unattributed', 0))}.")
+
+
 def offsets_text(r: Mapping[str, Any]) -> str:
     offs = r.get("offsets")
     if offs is not None and not (not isinstance(offs, (list, tuple)) and is_missing(offs)) and len(offs):
@@ -1688,6 +1701,9 @@ def section_anomalies(v: RunView, examples: int) -> Markup:
         out.append(tag("p", "Checked and not found: " + ", ".join(zero) + ".", class_="sub"))
     for ks in v.kinds:
         out.append(tag("h3", f"{ks.kind}: {fmt_int(ks.count)} — examples (up to {examples})"))
+        causes = attribution_text(v.data.metrics, ks.kind)
+        if causes:
+            out.append(tag("p", causes, class_="sub"))
         rows = [(fmt_value_id(e.get("value_id")), fmt_int(e.get("partition")), e.get("offsets", "–"),
                  fmt_t(e.get("t_s"), 2), e.get("fault", "–"), Markup(tag("span", e.get("detail") or "", class_="detail")))
                 for e in ks.examples]

@@ -388,6 +388,7 @@ def proxy_event_rows(events: list[dict], fault_ids: set[str]) -> list[dict]:
         topic = topics[0]["topic"] if topics else None
         partitions = list(topics[0]["partitions"]) if topics else []
         base_offsets = None
+        counts = topics[0].get("record_counts") if topics else None
         results = detail.get("results")
         if results is not None:
             # What the broker wrote for the request whose answer was dropped or replaced:
@@ -405,6 +406,7 @@ def proxy_event_rows(events: list[dict], fault_ids: set[str]) -> list[dict]:
             "base_offsets": base_offsets,
             "error_code": detail.get("error_code"), "delay_ms": detail.get("delay_ms"),
             "detail": json.dumps(detail, sort_keys=True) if detail else None,
+            "record_counts": list(counts) if counts and len(counts) == len(partitions) else None,
         })
     return rows
 

@@ -235,6 +235,26 @@ def produce_acks(frame: bytes, header: RequestHeader) -> int:
 
 
 _I32 = struct.Struct(">i")
+_BATCH_MAGIC_AT = 16        # record batch v2: baseOffset int64, batchLength int32, leaderEpoch int32, magic int8
+_BATCH_LAST_DELTA_AT = 23   # ... crc int32, attributes int16, lastOffsetDelta int32
+_BATCH_LENGTH_OVERHEAD = 12  # baseOffset + batchLength precede the batchLength bytes
+
+
+def record_batch_offsets(frame: bytes, start: int, size: int) -> int:
+    """How many offsets the record batches in ``frame[start:start+size]`` take once written.
+
+    Sums ``lastOffsetDelta + 1`` over the v2 batches; -1 for legacy message sets
+    (magic < 2) or a truncated batch, which the proxy forwards untouched anyway.
+    """
+    end, pos, total = start + size, start, 0
+    while pos + _BATCH_LAST_DELTA_AT + 4 <= end:
+        (length,) = _I32.unpack_from(frame, pos + 8)
+        if frame[pos + _BATCH_MAGIC_AT] != 2 or length <= 0:
+            return -1
+        (last_delta,) = _I32.unpack_from(frame, pos + _BATCH_LAST_DELTA_AT)
+        total += last_delta + 1
+        pos += _BATCH_LENGTH_OVERHEAD + length
+    return total if pos == end else -1
 
 
 def _read_string(frame: bytes, pos: int, flexible: bool) -> tuple[str | None, int]:
@@ -282,20 +302,24 @@ def produce_targets(frame: bytes, header: RequestHeader,
             else:
                 name, pos = _read_string(frame, pos, flexible)
             n_parts, pos = _read_array_length(frame, pos, flexible)
-            partitions = []
+            partitions, counts = [], []
             for _ in range(n_parts):
                 (index,) = _I32.unpack_from(frame, pos)
                 partitions.append(index)
                 if flexible:
                     size_plus_one, pos = read_uvarint(frame, pos + 4)
-                    pos += max(size_plus_one - 1, 0)
-                    pos = skip_tagged_fields(frame, pos)
+                    size = size_plus_one - 1
                 else:
                     (size,) = _I32.unpack_from(frame, pos + 4)
-                    pos += 8 + max(size, 0)
+                    pos += 8
+                size = max(size, 0)
+                counts.append(record_batch_offsets(frame, pos, size) if pos + size <= len(frame) else -1)
+                pos += size
+                if flexible:
+                    pos = skip_tagged_fields(frame, pos)
             if flexible:
                 pos = skip_tagged_fields(frame, pos)
-            out.append(TopicPartitions(name or "", tuple(partitions), topic_id))
+            out.append(TopicPartitions(name or "", tuple(partitions), topic_id, tuple(counts)))
     except struct.error as exc:
         raise KafkaProtocolError(f"Produce v{header.api_version} request is truncated: {exc}") from exc
     if pos > len(frame):
@@ -389,17 +413,26 @@ def encode_request(payload: Any, correlation_id: int, client_id: str | None = "k
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TopicPartitions:
-    """The partitions of one topic a request names; ``topic_id`` set when the request used ids."""
+    """The partitions of one topic a request names; ``topic_id`` set when the request used ids.
+
+    ``record_counts`` (Produce only, aligned with ``partitions``): how many offsets
+    each partition's records take once written, -1 where the records are not v2
+    batches. With the base offset of the response it names the exact offsets a
+    write occupies.
+    """
 
     topic: str
     partitions: tuple[int, ...]
     topic_id: uuid.UUID | None = None
+    record_counts: tuple[int, ...] = dataclasses.field(default=(), compare=False)
 
     def as_json(self) -> dict[str, Any]:
         """JSON-ready form used in events."""
         out: dict[str, Any] = {"topic": self.topic, "partitions": list(self.partitions)}
         if self.topic_id is not None:
             out["topic_id"] = str(self.topic_id)
+        if self.record_counts:
+            out["record_counts"] = list(self.record_counts)
         return out
 
 

@@ -129,7 +129,7 @@ def chain_groups(groups: list) -> None:
             "undetected negative control or regression against history.",
      params={"messages": Param(None, type=["null", "integer"], minimum=1, description="override producers.messages"),
              "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
-             "bootstrap": Param(None, type=["null", "string"], description="existing cluster (no broker faults)")})
+             "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)")})
 def kafka_reliability_nightly():
     built = [scenario_group(s.name, s.path) for s in pipeline.suite(NIGHTLY_SUITE)]
     chain_groups([group for group, _ in built])

@@ -26,6 +26,7 @@ from kafkaproof.proxy import protocol as kp
 from kafkaproof.proxy.errors import ControlError, KafkaProtocolError, ProxyError
 from kafkaproof.proxy.fake_broker import FakeBroker, FakeCluster, RawClient, make_batch, produce_request
 from kafkaproof.proxy.rules import Latency, Pacer, RuleState
+from kafkaproof.proxy.server import format_hostport
 from kafkaproof.proxy.server import parse_hostport
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -711,6 +712,34 @@ def test_metadata_rewrite_points_clients_at_the_proxies(run: Any) -> None:
             assert partition_errors((await on_2.recv(kp.PRODUCE, 9))[1])[0][2] == 6
             for c in (client, on_1, on_2):
                 await c.close()
+    run(scenario())
+
+
+def test_metadata_rewrite_sends_clients_to_peer_proxies(run: Any) -> None:
+    # One proxy process per broker (an existing cluster): each fronts one broker and
+    # rewrites the others to their own proxies, never to the brokers themselves.
+    async def scenario() -> None:
+        cluster = FakeCluster({"t": 3})
+        brokers = [cluster.add_broker(i + 1, api_ranges={**PLAIN_RANGES, kp.METADATA: (0, 12)}) for i in range(3)]
+        for broker in brokers:
+            await broker.start()
+        peers = {2: ("127.0.0.1", 19092), 3: ("127.0.0.1", 19093)}
+        sink = MemoryEventSink()
+        proxy = FaultProxy([Route(("127.0.0.1", 0), ("127.0.0.1", brokers[0].port), broker=1)], events=sink,
+                           peers=peers)
+        await proxy.start()
+        try:
+            client = await RawClient().connect(format_hostport(*proxy.listeners[0].advertised))
+            await client.send(metadata_request(12, None), 1)
+            _, response = await client.recv(kp.METADATA, 12)
+            assert {b.node_id: (b.host, b.port) for b in response.brokers} == {
+                1: proxy.listeners[0].advertised, **peers}
+            assert not sink.of("unmapped_broker")
+            await client.close()
+        finally:
+            await proxy.stop()
+            for broker in brokers:
+                await broker.stop()
     run(scenario())
 
 

@@ -312,6 +312,107 @@ def test_a_scenario_run_records_proxy_events_and_ties_duplicates_to_them(cluster
     assert manifest["counts"]["proxy_events"] == len(events) and manifest["direct_bootstrap"] != manifest["bootstrap"]
 
 
+# --- an existing cluster (run --bootstrap / cluster up --bootstrap) -------------------------
+# The module's cluster stands in for one kafkaproof did not start: its INTERNAL listeners
+# (direct_bootstrap) are the "existing cluster"; the ExternalCluster's own proxies front them.
+
+def test_a_scenario_on_an_existing_cluster_runs_its_proxy_faults_through_proxies_it_starts(cluster, tmp_path):
+    doc = {"name": f"t-ext-{uuid.uuid4().hex[:4]}", "guarantee": "at-least-once",
+           "topic": {"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
+           "producers": {"rate": 300, "messages": 900, "start_after_s": 1,
+                         "config": {"acks": "all", "enable.idempotence": False,
+                                    "max.in.flight.requests.per.connection": 1}},
+           "consumers": {"count": 1}, "drain": {"settle_s": 2},
+           "faults": [{"at": 1.5, "kind": "lost_ack", "target": "all", "params": {"reset": True, "count": 1},
+                       "duration": 1.5}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    existing = cluster.direct_bootstrap()
+    name = f"ext-t{uuid.uuid4().hex[:4]}"
+    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=existing, cluster_name=name)).execute()
+    assert result.status == "complete", result.error
+    manifest = ledger.read_manifest(result.run_dir)
+    assert manifest["direct_bootstrap"] == existing and manifest["bootstrap"].startswith("127.0.0.1:")
+    assert manifest["cluster"]["backend"] == "external" and len(manifest["cluster"]["nodes"]) == 3
+    (fault,) = ledger.read_table(result.run_dir, "faults").to_pylist()
+    assert fault["kind"] == "lost_ack" and fault["proxy_fired"] >= 1
+    events = ledger.read_table(result.run_dir, "proxy_events").to_pandas()
+    dropped = events[events["phase"] == "response_dropped"]
+    assert len(dropped) == fault["proxy_fired"] and set(dropped["fault_id"]) == {fault["fault_id"]}
+    log = ledger.read_table(result.run_dir, "audit").to_pandas()
+    copies = log[log["isolation"] == "read_committed"].groupby("value_id").size()
+    assert (copies == 2).sum() == sum(sum(c) for c in dropped["record_counts"]), "each lost write landed twice"
+    # nothing is left: the proxies stopped, the state file is gone, the brokers untouched
+    assert name not in state.list_clusters()
+    assert not proxies_listening_on([n["proxy"]["address"] for n in manifest["cluster"]["nodes"]])
+    assert all(cluster.node_state(n) == "running" for n in cluster.node_ids())
+
+
+def proxies_listening_on(addresses: list[str]) -> list[int]:
+    """Pids of live `kafkaproof.proxy` processes whose command line names one of `addresses`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "kafkaproof.proxy" in cmd and any(f"@{a}=" in cmd for a in addresses):
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_a_scenario_without_proxy_faults_on_an_existing_cluster_creates_its_topic_and_samples_it(cluster, tmp_path):
+    doc = {"name": f"t-ext-plain-{uuid.uuid4().hex[:4]}", "guarantee": "exactly-once",
+           "topic": {"partitions": 2, "replication_factor": 3},
+           "producers": {"rate": 300, "messages": 300}, "consumers": {"count": 1}, "drain": {"settle_s": 1}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=cluster.direct_bootstrap())).execute()
+    assert result.status == "complete", result.error
+    manifest = ledger.read_manifest(result.run_dir)
+    assert manifest["bootstrap"] == manifest["direct_bootstrap"] == cluster.direct_bootstrap()
+    assert manifest["cluster"]["proxy"] is False and manifest["topic_description"]["partitions"]
+    assert ledger.read_table(result.run_dir, "cluster_snapshots").num_rows > 0
+    assert ledger.read_table(result.run_dir, "proxy_events").num_rows == 0
+    assert not [n for n in state.list_clusters() if n.startswith("ext-")]
+
+
+def test_existing_cluster_refuses_broker_faults_before_starting_anything(cluster, tmp_path):
+    doc = {"name": "t-ext-kill", "guarantee": "at-least-once", "faults": [{"at": 1, "kind": "kill", "target": "leader:0"}],
+           "producers": {"messages": 10}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=cluster.direct_bootstrap())).execute()
+    assert result.status == "error" and "kill" in result.error and "only proxy faults" in result.error
+
+
+def test_cluster_down_heals_an_existing_clusters_proxies_after_its_owner_crashed(cluster, tmp_path):
+    name = f"ext-c{uuid.uuid4().hex[:4]}"
+    code = ("import os, signal\n"
+            "from kafkaproof import logs\n"
+            "from kafkaproof.external import ExternalCluster\n"
+            "from kafkaproof.faults import FaultInjector, FaultSpec\n"
+            "logs.setup(False)\n"
+            f"c = ExternalCluster.up({cluster.direct_bootstrap()!r}, {name!r})\n"
+            "FaultInjector(c).inject(FaultSpec('error', 'all', {'error': 'NOT_ENOUGH_REPLICAS'}))\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-3000:]
+    ext = LocalCluster.attach(name)  # the state file says which backend it is
+    assert type(ext).__name__ == "ExternalCluster" and len(ext.state()["faults"]) == 1
+    topic = new_topic(cluster)
+    reports, _ = produce(ext.bootstrap_servers(), topic, [(0, b"x")], **{"message.timeout.ms": 3000})
+    assert reports[0]["error"] is not None, "the leftover error rule still answers every Produce"
+    listens = [n["proxy"]["listen"] for n in ext.state()["nodes"]]
+    assert len(proxies_listening_on(listens)) == 3, "the proxies outlive their crashed owner"
+    ext.down()
+    assert name not in state.list_clusters() and not proxies_listening_on(listens)
+    reports, _ = produce(cluster.bootstrap_servers(), topic, [(0, b"y")])
+    assert reports[0]["error"] is None
+
+
 def test_cluster_down_after_a_crash_stops_the_proxies(cluster):
     st = cluster.state()
     proxies = [process.ProcessRef.from_json(n["proxy"]["process"]) for n in st["nodes"] if n.get("proxy")]

@@ -268,3 +268,44 @@ def test_injector_installs_rules_in_the_targeted_proxies_and_heals_them(tmp_path
     heals = [e for e in events if e["event"] == "heal"]
     assert {e["fault_id"] for e in heals} == {fault.fault_id, everywhere.fault_id}
     assert all(e["rule"]["id"] == e["fault_id"] and e["proxy_fired"] == 0 for e in heals)
+
+
+# --- an existing cluster behind kafkaproof's proxies ----------------------------------------
+
+def test_existing_cluster_plan_gives_each_broker_a_rewriting_proxy_that_knows_its_peers():
+    from kafkaproof.external import plan_proxied_nodes
+    nodes = plan_proxied_nodes({3: ("kafka-c", 9092), 1: ("kafka-a", 9092), 2: ("kafka-b", 9093)},
+                               "127.0.0.1", [41001, 41002, 41003])
+    assert [n["id"] for n in nodes] == [1, 2, 3]
+    one = nodes[0]
+    assert one["proxy"]["upstream"] == "kafka-a:9092" and one["proxy"]["listen"] == "127.0.0.1:41001"
+    assert one["proxy"]["rewrite"] is True
+    assert one["proxy"]["peers"] == {"2": "127.0.0.1:41002", "3": "127.0.0.1:41003"}
+    assert (one["advertised_host"], one["advertised_port"]) == ("127.0.0.1", 41001)
+    assert nodes[1]["proxy"]["upstream"] == "kafka-b:9093"
+    plain = plan_proxied_nodes({1: ("kafka-a", 9092)}, None)
+    assert "proxy" not in plain[0] and (plain[0]["advertised_host"], plain[0]["advertised_port"]) == ("kafka-a", 9092)
+
+
+def test_proxy_peer_option_is_checked():
+    from kafkaproof.proxy.__main__ import _peers
+    from kafkaproof.proxy.errors import ProxyError
+    assert _peers(["2=127.0.0.1:9093", "3=[::1]:9094"]) == {2: ("127.0.0.1", 9093), 3: ("::1", 9094)}
+    with pytest.raises(ProxyError, match="NODE_ID=HOST:PORT"):
+        _peers(["two=127.0.0.1:9093"])
+
+
+def test_existing_cluster_refuses_process_faults_with_a_clear_error(tmp_path, monkeypatch):
+    from kafkaproof.external import NOT_OWNED, ExternalCluster, plan_proxied_nodes
+    monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path))
+    state.save_state("ext-u", {"name": "ext-u", "backend": "external", "network": "external", "proxy": True,
+                               "bootstrap": "kafka-a:9092", "nodes": plan_proxied_nodes({1: ("kafka-a", 9092)},
+                                                                                       "127.0.0.1", [41001]),
+                               "faults": []})
+    from kafkaproof.cluster import LocalCluster
+    ext = LocalCluster.attach("ext-u")
+    assert isinstance(ext, ExternalCluster) and ext.direct_bootstrap() == "kafka-a:9092"
+    assert ext.bootstrap_servers() == "127.0.0.1:41001" and ext.node_state(1) == "running"
+    with pytest.raises(FaultError, match="only proxy faults"):
+        FaultInjector(ext).inject(FaultSpec("kill", "broker:1"))
+    assert "consumer faults" in NOT_OWNED

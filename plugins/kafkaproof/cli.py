@@ -38,6 +38,11 @@ def _positive_int(text: str) -> int:
 
 def cmd_cluster_up(args) -> int:
     from .cluster import ClusterConfig, LocalCluster
+    if args.bootstrap:
+        from .external import ExternalCluster
+        cluster = ExternalCluster.up(args.bootstrap, args.name)
+        print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())
+        return 0
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
                         network=args.network, heap=args.heap, proxy=args.proxy)
@@ -55,7 +60,7 @@ def cmd_cluster_status(args) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
-    print(f"cluster {status['name']}: Kafka {status['kafka_version']}, network {status['network']}, "
+    print(f"cluster {status['name']}: Kafka {status['kafka_version'] or '(existing cluster)'}, network {status['network']}, "
           f"active controller {status['active_controller']}")
     print(f"bootstrap: {status['bootstrap_servers']}" +
           (f" (fault proxies; direct: {status['direct_bootstrap']})" if status.get("proxy") else ""))
@@ -256,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--proxy", action="store_true",
                     help="a Kafka-aware fault proxy in front of each broker on the client path "
                          "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole)")
+    up.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
+                    help="do not start brokers: front the existing cluster at these bootstrap servers with one "
+                         "fault proxy per broker (proxy faults only; `cluster down` stops the proxies)")
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     up.set_defaults(func=cmd_cluster_up)
     stp = named(clsub.add_parser("status", help="nodes, controller, partitions, active faults"))
@@ -292,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--out", default=None, help="parent of run directories (default: $KAFKAPROOF_RUNS or ./runs)")
     rn.add_argument("--messages", type=_positive_int, help="override producers.messages")
     rn.add_argument("--kafka-version", help="override cluster.kafka_version")
-    rn.add_argument("--bootstrap", help="use an existing cluster (no broker faults) instead of a local one")
+    rn.add_argument("--bootstrap", help="use an existing cluster instead of a local one: proxy and consumer "
+                                        "faults only (proxies are started on this host when the scenario needs them)")
     rn.set_defaults(func=cmd_run)
 
     an = sub.add_parser("analyze", help="run the Spark analysis of a run directory (spark-submit)")

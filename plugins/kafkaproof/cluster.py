@@ -273,7 +273,14 @@ class LocalCluster:
 
     @classmethod
     def attach(cls, name: str = "default") -> "LocalCluster":
-        """Attach to a running cluster by name (from its state file)."""
+        """Attach to a running cluster by name (from its state file).
+
+        An existing cluster fronted by kafkaproof's proxies (`external.ExternalCluster`)
+        attaches as that class, so `cluster down` and `fault heal` treat it alike.
+        """
+        if cls is LocalCluster and state.load_state(name).get("backend") == "external":
+            from .external import ExternalCluster
+            return ExternalCluster(name)
         return cls(name)
 
     def __enter__(self) -> "LocalCluster":
@@ -482,8 +489,13 @@ class LocalCluster:
         ready_file = ndir / "proxy.ready.json"
         ready_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "kafkaproof.proxy", "--listen", f"{node_id}@{proxy['listen']}={proxy['upstream']}",
-               "--control", "127.0.0.1:0", "--events", str(self.proxy_events_path(node_id)),
-               "--no-rewrite", "--log-level", "INFO"]
+               "--control", "127.0.0.1:0", "--events", str(self.proxy_events_path(node_id)), "--log-level", "INFO"]
+        # Local brokers advertise their proxy themselves; in front of an existing cluster
+        # the proxy rewrites metadata to point at itself and its peers (external.py).
+        if not proxy.get("rewrite"):
+            cmd.append("--no-rewrite")
+        for peer_id, address in sorted(proxy.get("peers", {}).items()):
+            cmd += ["--peer", f"{peer_id}={address}"]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PLUGINS_DIR, env.get("PYTHONPATH")) if p)
         with open(ready_file, "wb") as out, open(ndir / "proxy.log", "ab") as err:

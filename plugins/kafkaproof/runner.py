@@ -510,13 +510,24 @@ class ScenarioRun:
             self.bootstrap = self.cluster.bootstrap_servers()
             self.direct_bootstrap = self.cluster.direct_bootstrap()
             self.manifest["cluster"] = self.cluster.status()
-        elif any(not t.on_consumer for t in self.scenario.timeline()):
-            raise KafkaproofError("broker faults need the local cluster backend; drop --bootstrap or the faults")
+        else:
+            not_applicable = sorted({t.spec.kind for t in self.scenario.timeline()
+                                     if not t.on_consumer and not t.spec.is_proxy})
+            if not_applicable:
+                raise KafkaproofError(f"faults {', '.join(not_applicable)} need the local cluster backend; on an "
+                                      f"existing cluster (--bootstrap) only proxy faults and consumer faults apply")
+            from .external import ExternalCluster
+            with self.phase("provision"):
+                self.cluster = ExternalCluster.up(self.options.bootstrap,
+                                                  self.options.cluster_name or f"ext-{uuid.uuid4().hex[:6]}",
+                                                  proxy=bool(data["cluster"].get("proxy")))
+            stack.callback(self._teardown)
+            stack.callback(self._collect_proxy_events)
+            self.bootstrap = self.cluster.bootstrap_servers()
+            self.manifest["cluster"] = self.cluster.status()
         t = data["topic"]
         if t["create"]:
             with self.phase("create_topic"):
-                if self.cluster is None:
-                    raise KafkaproofError("topic creation on an existing cluster is not supported yet; create it by hand and set topic.create: false")
                 self.cluster.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
                 self.cluster.wait_in_sync(t["name"])
                 self.manifest["topic_description"] = self.cluster.describe_topic(t["name"])

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "(default: the listen host, 127.0.0.1 for a wildcard)")
     p.add_argument("--no-rewrite", action="store_true",
                    help="do not rewrite broker addresses (brokers advertise the proxy addresses themselves)")
+    p.add_argument("--peer", action="append", default=[], metavar="NODE_ID=HOST:PORT",
+                   help="broker NODE_ID is fronted by another proxy process at HOST:PORT: rewrite its address "
+                        "to that (repeat per broker; with one proxy process per broker)")
     p.add_argument("--max-version", action="append", default=[], metavar="API=VERSION",
                    help="cap an API's max version in ApiVersions responses, e.g. produce=9")
     p.add_argument("--rule", action="append", default=[], metavar="JSON", help="install a rule at start")
@@ -45,6 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-with-parent", action="store_true",
                    help="stop when the parent process dies (used by ProxyProcess, so no proxy outlives its owner)")
     return p
+
+
+def _peers(items: Sequence[str]) -> dict[int, tuple[str, int]]:
+    peers = {}
+    for item in items:
+        node, sep, address = item.partition("=")
+        if not sep or not node.strip().isdigit():
+            raise ProxyError(f"--peer expects NODE_ID=HOST:PORT, got {item!r}")
+        peers[int(node)] = parse_hostport(address)
+    return peers
 
 
 def _caps(items: Sequence[str]) -> dict[int, int]:
@@ -64,7 +77,7 @@ async def serve(args: argparse.Namespace) -> None:
     """Start proxy and control server, print the ready line, run until signalled."""
     proxy = FaultProxy([Route.parse(text) for text in args.listen], events=args.events,
                        rewrite=not args.no_rewrite, advertise_host=args.advertise_host,
-                       version_caps=_caps(args.max_version), seed=args.seed)
+                       version_caps=_caps(args.max_version), seed=args.seed, peers=_peers(args.peer))
     host, port = parse_hostport(args.control)
     control = ControlServer(proxy, host, port)
     await proxy.start()

@@ -606,13 +606,17 @@ class FaultProxy:
     DescribeCluster responses to the proxy listeners (and caps Produce at v9 and
     Fetch at v15, see docs/proxy.md); turn it off when brokers already advertise
     the proxy addresses. ``version_caps`` adds or overrides ApiVersions caps.
+    ``peers`` maps node ids of brokers fronted by *other* proxy processes to their
+    listener addresses, so a rewriting proxy sends clients to those, not around them
+    (one process per broker in front of an existing cluster).
     """
 
     def __init__(self, routes: Iterable[Route | str], *, events: EventSink | str | Path | None = None,
                  rewrite: bool = True, advertise_host: str | None = None,
                  version_caps: Mapping[int, int] | None = None, seed: int | None = None,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, peers: Mapping[int, tuple[str, int]] | None = None) -> None:
         self.routes = [r if isinstance(r, Route) else Route.parse(r) for r in routes]
+        self.peers: dict[int, tuple[str, int]] = dict(peers or {})
         if not self.routes:
             raise ProxyError("a FaultProxy needs at least one route")
         self._own_sink: JsonlEventSink | None = None
@@ -818,6 +822,8 @@ class FaultProxy:
         for listener in self.listeners:
             if listener.node_id == node_id:
                 return listener.advertised if self.rewrite else None
+        if node_id in self.peers:
+            return self.peers[node_id] if self.rewrite else None
         for listener in self.listeners:
             if listener.node_id is None and (listener.is_upstream(host, port) or (host, port) == listener.advertised):
                 listener.node_id = node_id
@@ -825,7 +831,7 @@ class FaultProxy:
                                 upstream=format_hostport(*listener.route.upstream),
                                 detail={"advertised_by_broker": format_hostport(host, port)}))
                 return listener.advertised if self.rewrite else None
-        if any((host, port) == l.advertised for l in self.listeners):
+        if any((host, port) == l.advertised for l in self.listeners) or (host, port) in self.peers.values():
             return None
         key = (node_id, host, port)
         if key not in self._unmapped:

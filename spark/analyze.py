@@ -532,11 +532,11 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
 
 def cause_text(write: Mapping[str, Any]) -> str:
     """Pure: one sentence naming the proxy action behind an attributed anomaly."""
-    what = ("dropped its response (lost ack)" if write["phase"] == "response_dropped"
-            else "replaced its response with an error")
-    return (f"first copy is the write at offsets {write['first_offset']}..{write['last_offset']} whose Produce "
-            f"(broker {write['broker']}, connection {write['conn']}, correlation id {write['correlation_id']}) "
-            f"the fault proxy {what}: fault {write['cause_fault_id']}")
+    what = ("dropped (lost ack)" if write["phase"] == "response_dropped"
+            else "replaced with an error")
+    return (f"first copy is the write at offsets {write['first_offset']}..{write['last_offset']} (Produce to "
+            f"broker {write['broker']}, connection {write['conn']}, correlation id {write['correlation_id']}) "
+            f"whose response the fault proxy {what}: fault {write['cause_fault_id']}")
 
 
 WRITES_SCHEMA = _schema(

@@ -212,7 +212,7 @@ def test_unacknowledged_writes_from_proxy_events():
     ], "t")
     assert [(w["partition"], w["first_offset"], w["last_offset"], w["phase"]) for w in writes] == [
         (0, 10, 12, "response_dropped"), (0, 20, 20, "response_replaced"), (1, 5, 5, "response_replaced")]
-    assert "replaced its response with an error" in job.cause_text(writes[1])
+    assert "whose response the fault proxy replaced with an error" in job.cause_text(writes[1])
     assert job.unacknowledged_writes([], "t") == []
 
 

@@ -53,6 +53,7 @@ _METADATA_TIMEOUT_S = 3.0
 # client port (the whole of 127.0.0.0/8 is local on Linux), so its port cannot collide.
 LOOPBACK_PROXY_HOST = "127.0.0.2"
 _PROXY_START_TIMEOUT_S = 20.0
+_UNKNOWN_TOPIC_GRACE_S = 3.0  # how long a topic a broker does not know yet may take to appear
 _PLUGINS_DIR = str(Path(__file__).resolve().parent.parent)
 
 
@@ -608,14 +609,23 @@ class LocalCluster:
     def registered_brokers(self) -> set[int]:
         return set(self.metadata().brokers)
 
-    def partitions(self, topic: str) -> dict[int, dict]:
-        """Per partition of `topic`: leader (-1 if none), replicas and ISR, from metadata."""
-        md = self.metadata(topic)
-        t = md.topics.get(topic)
-        if t is None or t.error is not None and not t.partitions:
-            raise ClusterError(f"topic {topic!r} not found: {t.error if t else 'absent from metadata'}")
-        return {p.id: {"leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs)}
-                for p in t.partitions.values()}
+    def partitions(self, topic: str, unknown_grace_s: float = _UNKNOWN_TOPIC_GRACE_S) -> dict[int, dict]:
+        """Per partition of `topic`: leader (-1 if none), replicas and ISR, from metadata.
+
+        Each broker applies the metadata log at its own pace, so one that answers
+        "unknown topic" for a topic another broker already serves is asked again for
+        up to `unknown_grace_s` before the topic counts as missing.
+        """
+        deadline = time.monotonic() + unknown_grace_s
+        while True:
+            md = self.metadata(topic)
+            t = md.topics.get(topic)
+            if t is not None and (t.error is None or t.partitions):
+                return {p.id: {"leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs)}
+                        for p in t.partitions.values()}
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"topic {topic!r} not found: {t.error if t else 'absent from metadata'}")
+            time.sleep(0.2)
 
     def leader_of(self, topic: str, partition: int) -> int:
         parts = self.partitions(topic)

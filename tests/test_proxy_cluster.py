@@ -21,6 +21,7 @@ import yaml
 
 from kafkaproof import analysis, ledger, network, process, state
 from kafkaproof.cluster import LocalCluster
+from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector, FaultSpec
 from kafkaproof.proxy import read_events
 from kafkaproof.runner import RunOptions, ScenarioRun
@@ -377,6 +378,11 @@ def test_a_scenario_without_proxy_faults_on_an_existing_cluster_creates_its_topi
     assert ledger.read_table(result.run_dir, "cluster_snapshots").num_rows > 0
     assert ledger.read_table(result.run_dir, "proxy_events").num_rows == 0
     assert not [n for n in state.list_clusters() if n.startswith("ext-")]
+    # A second run of the same scenario would mix the first run's records into its audit.
+    from kafkaproof.external import ExternalCluster
+    with ExternalCluster.up(cluster.direct_bootstrap(), f"ext-t{uuid.uuid4().hex[:4]}", proxy=False) as ext:
+        with pytest.raises(ClusterError, match="already exists.*another topic.name"):
+            ext.create_topic(manifest["topic"], 2, 3)
 
 
 def test_existing_cluster_refuses_broker_faults_before_starting_anything(cluster, tmp_path):

@@ -174,6 +174,15 @@ class ExternalCluster(LocalCluster):
             return None if controller is None else int(controller.id)
         return None
 
+    def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
+                     config: Any = None, timeout_s: float = 30.0) -> None:
+        """Create the run's topic; refuses one that exists (its old records would join this run's audit)."""
+        # The listing of all topics: asking for this one by name could auto-create it.
+        if topic not in self.metadata().topics:
+            return super().create_topic(topic, partitions, replication_factor, config, timeout_s)
+        raise ClusterError(f"topic {topic!r} already exists on the cluster at {self.direct_bootstrap()}: its records "
+                           f"would be counted in this run's audit. Delete it, or set another topic.name in the scenario")
+
     # --- views -------------------------------------------------------------------
     def direct_bootstrap(self) -> str:
         """The bootstrap servers the user gave: never through a proxy."""

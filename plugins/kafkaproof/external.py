@@ -25,7 +25,7 @@ from typing import Any
 
 from . import logs, process, state
 from .cluster import LocalCluster
-from .errors import ClusterError, FaultError
+from .errors import ClusterError, ClusterNotRunning, FaultError
 from .process import ProcessRef
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def plan_proxied_nodes(brokers: dict[int, tuple[str, int]], proxy_host: str | No
 
 
 class ExternalCluster(LocalCluster):
-    """An existing cluster behind kafkaproof's fault proxies. Use `up(bootstrap, name)` or `attach(name)`."""
+    """An existing cluster, optionally behind kafkaproof's fault proxies. Use `up(bootstrap, name)` or `attach(name)`."""
 
     def __init__(self, name: str):
         self.name = name
@@ -124,8 +124,7 @@ class ExternalCluster(LocalCluster):
 
     def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
         """Remove every rule, stop the proxies, remove the state file. The brokers are not touched."""
-        from .errors import ClusterNotRunning
-        from .faults import heal_all
+        from .faults import heal_all  # faults depends on cluster
         try:
             st = state.load_state(self.name)
         except ClusterNotRunning:

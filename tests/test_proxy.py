@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -189,6 +190,35 @@ def test_record_batch_offsets_sums_batches_and_refuses_legacy_message_sets() -> 
     assert kp.record_batch_offsets(bytes(legacy), 0, len(legacy)) == -1
     assert kp.record_batch_offsets(two, 0, len(two) - 1) == -1  # truncated
     assert kp.record_batch_offsets(b"", 0, 0) == 0
+
+
+RECORDED = json.loads((Path(__file__).parent / "data" / "librdkafka-frames.json").read_text())
+
+
+@pytest.mark.parametrize("capture", sorted(RECORDED["captures"]))
+def test_recorded_librdkafka_frames_parse_and_correlate(capture: str) -> None:
+    """Frames a real librdkafka producer wrote (tests/data/capture_librdkafka_frames.py), parsed offline."""
+    rec = RECORDED["captures"][capture]
+    produced = 0
+    for broker in rec["brokers"]:
+        requests = [bytes.fromhex(h) for h in broker["requests"]]
+        responses = [bytes.fromhex(h) for h in broker["responses"]]
+        headers = []
+        for data in requests:
+            assert int.from_bytes(data[:4], "big") == len(data) - 4, "length prefix frames exactly one request"
+            header = kp.parse_request_header(data[4:])
+            assert header.client_id == "kafkaproof-capture"
+            assert kp.decode_request(data[4:], header).__api_key__ == header.api_key  # the body decodes too
+            headers.append(header)
+            if header.api_key == kp.PRODUCE:
+                targets = kp.produce_targets(data[4:], header)
+                assert [t.topic for t in targets] == ["t"] and kp.produce_acks(data[4:], header) == -1
+                assert all(n >= 1 for t in targets for n in t.record_counts)
+                produced += sum(n for t in targets for n in t.record_counts)
+        assert headers[0].api_key == kp.API_VERSIONS
+        # each answer carries the correlation id of the request it answers, in order
+        assert [kp.response_correlation_id(r[4:]) for r in responses] == [h.correlation_id for h in headers]
+    assert produced == rec["records"] == rec["records_written"], "record counts match what the client sent"
 
 
 def test_truncated_produce_is_a_protocol_error() -> None:

@@ -14,7 +14,9 @@ from airflow.sdk import Param, dag, get_current_context, setup, task, task_group
 from airflow.sdk.exceptions import AirflowFailException
 
 from kafkaproof import pipeline
+from kafkaproof.errors import ScenarioError
 from kafkaproof.install import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
+from kafkaproof.scenario import MAX_BROKERS, load
 
 REPO = Path(__file__).resolve().parent.parent
 ANALYZE_APP = str(REPO / "spark" / "analyze.py")
@@ -23,6 +25,8 @@ NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
 SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
 DEFAULT_ARGS = {"retries": 0, "execution_timeout": timedelta(minutes=30)}
+BROKERS_PARAM = Param(None, type=["null", "integer"], minimum=1, maximum=MAX_BROKERS,
+                      description="override cluster.brokers (empty: as each scenario says; local cluster only)")
 
 
 def _batch_id() -> str:
@@ -44,16 +48,24 @@ def scenario_group(scenario_name: str, scenario_path: str):
         @task(pool=POOL)
         def provision() -> dict:
             params = get_current_context()["params"]
+            try:  # a scenario that cannot take the overrides: an error verdict that says why
+                load(scenario_path).with_overrides(params.get("messages"), params.get("kafka_version"),
+                                                   params.get("brokers"), params.get("bootstrap"))
+            except ScenarioError as e:
+                return {"cluster": None, "bootstrap": None, "error": str(e)}
             if params.get("bootstrap"):
                 return {"cluster": None, "bootstrap": params["bootstrap"]}
             name = pipeline.cluster_name_for(_batch_id(), gid)
-            return pipeline.provision(scenario_path, name, params.get("kafka_version"))
+            return pipeline.provision(scenario_path, name, params.get("kafka_version"), params.get("brokers"))
 
         @task(pool=POOL)
         def run_workload(cluster: dict) -> dict:
             params = get_current_context()["params"]
+            if cluster.get("error"):
+                get_current_context()["ti"].xcom_push(key="run", value={"run_dir": None, "error": cluster["error"]})
+                raise AirflowFailException(cluster["error"])
             result = pipeline.run(scenario_path, cluster_name=cluster["cluster"], messages=params.get("messages"),
-                                  kafka_version=params.get("kafka_version"),
+                                  kafka_version=params.get("kafka_version"), brokers=params.get("brokers"),
                                   bootstrap=None if cluster["cluster"] else cluster["bootstrap"])
             get_current_context()["ti"].xcom_push(key="run", value=result)  # also when the run failed
             if result["status"] != "complete":
@@ -77,7 +89,7 @@ def scenario_group(scenario_name: str, scenario_path: str):
         def summarize_and_report() -> dict:
             ti = get_current_context()["ti"]
             run = ti.xcom_pull(task_ids=f"{gid}.run_workload", key="run") or {}
-            summary = pipeline.summarize(run.get("run_dir"), scenario_name, _batch_id())
+            summary = pipeline.summarize(run.get("run_dir"), scenario_name, _batch_id(), error=run.get("error"))
             if summary.get("run_dir"):
                 summary["report"] = pipeline.report(summary["run_dir"])
             return summary
@@ -129,6 +141,7 @@ def chain_groups(groups: list) -> None:
             "undetected negative control or regression against history.",
      params={"messages": Param(None, type=["null", "integer"], minimum=1, description="override producers.messages"),
              "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
+             "brokers": BROKERS_PARAM,
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)")})
 def kafka_reliability_nightly():
     built = [scenario_group(s.name, s.path) for s in pipeline.suite(NIGHTLY_SUITE)]
@@ -148,7 +161,8 @@ def scenario_pipeline(scenario: str, kafka_version: str | None = None, label: st
     """One scenario end to end in one task (provision, run, analyze, validate, summarize, report, teardown)."""
     params = get_current_context()["params"]
     return pipeline.run_pipeline(scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
-                                 messages=params.get("messages"), bootstrap=params.get("bootstrap"), label=label)
+                                 messages=params.get("messages"), bootstrap=params.get("bootstrap"), label=label,
+                                 brokers=params.get("brokers"))
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
@@ -157,6 +171,7 @@ def scenario_pipeline(scenario: str, kafka_version: str | None = None, label: st
      params={"scenarios": Param(["baseline"], type="array", items={"type": "string", "enum": _catalog_names()},
                                 description="scenarios from the catalog"),
              "kafka_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
+             "brokers": BROKERS_PARAM,
              "messages": Param(None, type=["null", "integer"], minimum=1, description="message scale (per producer)"),
              "bootstrap": Param(None, type=["null", "string"],
                                 description="empty: embedded local cluster; else bootstrap servers of an existing cluster")})
@@ -174,6 +189,7 @@ def kafka_reliability_manual():
      params={"scenarios": Param(["baseline"], type="array", items={"type": "string", "enum": _catalog_names()}),
              "current_version": Param(PRODUCTION_KAFKA_VERSION, type="string"),
              "candidate_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
+             "brokers": BROKERS_PARAM,
              "messages": Param(None, type=["null", "integer"], minimum=1)})
 def kafka_upgrade_check():
     @task

@@ -65,7 +65,7 @@ def test_dags_import_with_the_expected_structure(airflow_home):
         tasks["consumer_crash_commit_before.provision"].upstream_task_ids
     manual = bag.get_dag("kafka_reliability_manual")
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
-    assert {"kafka_version", "messages", "bootstrap"} <= set(manual.params)
+    assert {"kafka_version", "brokers", "messages", "bootstrap"} <= set(manual.params)
     upgrade = bag.get_dag("kafka_upgrade_check")
     assert {"current_version", "candidate_version"} <= set(upgrade.params)
 

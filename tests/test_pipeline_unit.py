@@ -93,3 +93,13 @@ def test_pipeline_clusters_get_the_proxy_a_scenario_needs():
     assert cluster_config(scn.data, "af-x").proxy is True
     (plain,) = pipeline.suite(names=["baseline"])
     assert cluster_config(plain.data, "af-y").proxy is False
+
+
+def test_a_scenario_that_cannot_take_the_overrides_is_an_error_summary_before_anything_starts(tmp_path, monkeypatch):
+    (tmp_path / "s.yaml").write_text("name: s\nguarantee: at-least-once\nproducers: {messages: 10}\n")
+    monkeypatch.setenv("KAFKAPROOF_SCENARIOS", str(tmp_path))
+    summary = pipeline.run_pipeline("s", "batch/1", brokers=1, label="current")
+    assert summary["verdict"] == "error" and summary["run_dir"] is None and summary["label"] == "current"
+    assert "topic.replication_factor: 3 is more than the 1 broker(s)" in summary["error"]
+    ok, problems = pipeline.gate([summary])
+    assert not ok and "replication_factor" in problems[0]

@@ -113,3 +113,21 @@ def test_key_distributions():
     assert KeyChooser("single", key="key").choose(5, rng) == "key"
     assert KeyChooser("sequential", count=3).choose(4, rng) == "k1"
     assert {KeyChooser("uniform", count=2).choose(i, rng) for i in range(50)} == {"k0", "k1"}
+
+
+def test_overrides_apply_and_are_checked_like_the_file(tmp_path):
+    s = scenario_mod.load(write(tmp_path, MINIMAL))
+    o = s.with_overrides(messages=7, kafka_version="3.9.2", brokers=5)
+    assert (o.data["producers"]["messages"], o.data["cluster"]["kafka_version"], o.data["cluster"]["brokers"]) == \
+        (7, "3.9.2", 5)
+    assert s.data["cluster"]["brokers"] == 3  # the loaded scenario is unchanged
+    with pytest.raises(ScenarioError, match=r"s.yaml \(with brokers=2\): topic.replication_factor: 3 is more than the 2"):
+        s.with_overrides(brokers=2)
+    with pytest.raises(ScenarioError, match=r"cluster.brokers \(override\): 10 is not allowed; allowed: 1..9"):
+        s.with_overrides(brokers=10)
+    with pytest.raises(ScenarioError, match="local cluster only"):
+        s.with_overrides(brokers=3, bootstrap="kafka-1:9092")
+    killer = scenario_mod.load(write(tmp_path, {**MINIMAL, "topic": {"replication_factor": 1},
+                                                "faults": [{"at": 1, "kind": "kill", "target": "node:3"}]}))
+    with pytest.raises(ScenarioError, match=r"faults\[0\].target: node 3 does not exist"):
+        killer.with_overrides(brokers=2)

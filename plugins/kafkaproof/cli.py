@@ -168,7 +168,8 @@ def cmd_run(args) -> int:
     scn = scenario_mod.load(args.scenario)  # validated before anything starts
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
-                                         kafka_version=args.kafka_version, bootstrap=args.bootstrap)).execute()
+                                         kafka_version=args.kafka_version, brokers=args.brokers,
+                                         bootstrap=args.bootstrap)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
 
@@ -300,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--out", default=None, help="parent of run directories (default: $KAFKAPROOF_RUNS or ./runs)")
     rn.add_argument("--messages", type=_positive_int, help="override producers.messages")
     rn.add_argument("--kafka-version", help="override cluster.kafka_version")
+    rn.add_argument("--brokers", type=_positive_int, help="override cluster.brokers (local cluster only)")
     rn.add_argument("--bootstrap", help="use an existing cluster instead of a local one: proxy and consumer "
                                         "faults only (proxies are started on this host when the scenario needs them)")
     rn.set_defaults(func=cmd_run)

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import history, state
 from .cluster import LocalCluster
-from .errors import ClusterError, KafkaproofError, LedgerError
+from .errors import ClusterError, KafkaproofError, LedgerError, ScenarioError
 from .ledger import read_manifest
 from .paths import repo_root, runs_dir
 from .scenario import Scenario, load, load_catalog
@@ -69,9 +69,10 @@ def wait_for_exclusive_host(own: str, timeout_s: float = 1800) -> None:
         time.sleep(5)
 
 
-def provision(scenario_path: str, cluster_name: str, kafka_version: str | None = None) -> dict:
-    """Start the local cluster a scenario asks for; returns its status."""
-    scn = load(scenario_path).with_overrides(kafka_version=kafka_version)
+def provision(scenario_path: str, cluster_name: str, kafka_version: str | None = None,
+              brokers: int | None = None) -> dict:
+    """Start the local cluster a scenario asks for (with the run's overrides); returns its status."""
+    scn = load(scenario_path).with_overrides(kafka_version=kafka_version, brokers=brokers)
     if cluster_name in state.list_clusters():
         LocalCluster.attach(cluster_name).down()  # a retry of this task: start clean
     wait_for_exclusive_host(cluster_name)
@@ -82,12 +83,12 @@ def provision(scenario_path: str, cluster_name: str, kafka_version: str | None =
 
 
 def run(scenario_path: str, out: str | None = None, cluster_name: str | None = None, messages: int | None = None,
-        kafka_version: str | None = None, bootstrap: str | None = None) -> dict:
+        kafka_version: str | None = None, bootstrap: str | None = None, brokers: int | None = None) -> dict:
     """Run a scenario on a provisioned cluster (or an existing one by bootstrap)."""
     from .runner import RunOptions, ScenarioRun
     scn = load(scenario_path)
     options = RunOptions(out=Path(out) if out else runs_dir(), messages=messages, kafka_version=kafka_version,
-                         bootstrap=bootstrap, cluster_name=cluster_name, attach=bool(cluster_name and not bootstrap))
+                         brokers=brokers, bootstrap=bootstrap, cluster_name=cluster_name, attach=bool(cluster_name and not bootstrap))
     result = ScenarioRun(scn, options).execute()
     return {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status, "error": result.error,
             "scenario": scn.name}
@@ -117,13 +118,15 @@ class ScenarioSummary:
     metrics: dict = field(default_factory=dict)
 
 
-def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history: bool = True) -> dict:
+def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history: bool = True,
+              error: str | None = None) -> dict:
     """Verdict of one scenario run (from validation), regressions against history, history row.
 
-    Missing data (the run or analysis failed) is an error verdict, never a pass.
+    Missing data (the run or analysis failed) is an error verdict, never a pass; `error` says why
+    when there is no run directory (e.g. the scenario could not take the run's overrides).
     """
     if not run_dir:
-        return asdict(ScenarioSummary(scenario, None, None, "error", error="the run produced no run directory"))
+        return asdict(ScenarioSummary(scenario, None, None, "error", error=error or "the run produced no run directory"))
     rd = Path(run_dir)
     try:
         manifest = read_manifest(rd)
@@ -232,14 +235,19 @@ def upgrade_differences(summaries: list[dict]) -> list[str]:
 
 
 def run_pipeline(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
-                 bootstrap: str | None = None, label: str = "") -> dict:
+                 bootstrap: str | None = None, label: str = "", brokers: int | None = None) -> dict:
     """Every step for one scenario in one call (for mapped Airflow tasks and the CLI); always tears down."""
     (scn,) = suite(names=[scenario])
+    try:
+        scn.with_overrides(messages, kafka_version, brokers, bootstrap)  # checked before anything starts
+    except ScenarioError as e:
+        return {**summarize(None, scenario, batch_id, error=str(e)), "label": label}
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
     try:
         if cluster:
-            provision(scn.path, cluster, kafka_version)
-        result = run(scn.path, cluster_name=cluster, messages=messages, kafka_version=kafka_version, bootstrap=bootstrap)
+            provision(scn.path, cluster, kafka_version, brokers)
+        result = run(scn.path, cluster_name=cluster, messages=messages, kafka_version=kafka_version, bootstrap=bootstrap,
+                     brokers=brokers)
     finally:
         if cluster:
             teardown(cluster)

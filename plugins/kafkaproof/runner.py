@@ -47,6 +47,7 @@ class RunOptions:
     out: Path = Path("runs")
     messages: int | None = None
     kafka_version: str | None = None
+    brokers: int | None = None  # override cluster.brokers (local clusters only)
     bootstrap: str | None = None  # an existing cluster instead of a local one
     cluster_name: str | None = None
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
@@ -417,7 +418,8 @@ class ScenarioRun:
     """One execution of a scenario. Use `execute()`; it never leaves anything running."""
 
     def __init__(self, scenario: Scenario, options: RunOptions):
-        self.scenario = scenario.with_overrides(options.messages, options.kafka_version)
+        self.scenario = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
+                                                options.bootstrap)
         self.options = options
         self.run_id = new_run_id(scenario.name)
         self.run_dir = Path(options.out).resolve() / self.run_id

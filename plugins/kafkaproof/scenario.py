@@ -27,6 +27,7 @@ ANOMALIES = ("lost", "lost_unconfirmed", "not_delivered", "duplicates", "redeliv
 COMMIT_STRATEGIES = ("auto", "sync", "async", "before")
 KEY_DISTRIBUTIONS = ("none", "single", "uniform", "sequential")
 CONSUMER_FAULT_KINDS = ("kill", "stop", "pause")
+MAX_BROKERS = 9
 
 _CONFIG_MAP = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
 
@@ -52,7 +53,7 @@ SCHEMA: dict[str, Any] = {
         "cluster": {
             "type": "object", "additionalProperties": False,
             "properties": {
-                "brokers": {"type": "integer", "minimum": 1, "maximum": 9},
+                "brokers": {"type": "integer", "minimum": 1, "maximum": MAX_BROKERS},
                 "controllers": {"type": "integer", "minimum": 0, "maximum": 5},
                 "kafka_version": {"type": "string"},
                 "config": _CONFIG_MAP,
@@ -181,13 +182,29 @@ class Scenario:
         """Stable hash of the resolved scenario (history compares runs of equal hashes)."""
         return hashlib.sha256(json.dumps(self.data, sort_keys=True).encode()).hexdigest()[:16]
 
-    def with_overrides(self, messages: int | None = None, kafka_version: str | None = None) -> "Scenario":
+    def with_overrides(self, messages: int | None = None, kafka_version: str | None = None,
+                       brokers: int | None = None, bootstrap: str | None = None) -> "Scenario":
+        """The scenario with a run's overrides applied (message scale, Kafka version, broker count).
+
+        The result is checked again like a scenario file, so an override the scenario cannot take
+        (e.g. fewer brokers than its replication factor, or a broker count for an existing cluster
+        at `bootstrap`) fails here, before anything starts.
+        """
+        if brokers is not None and bootstrap:
+            raise ScenarioError(f"{self.path}: cluster.brokers (override): a broker count applies to the local "
+                                f"cluster only; the existing cluster at {bootstrap} has the brokers it has")
         data = copy.deepcopy(self.data)
         if messages is not None:
             data["producers"]["messages"] = messages
             data["producers"].pop("duration_s", None)
         if kafka_version is not None:
             data["cluster"]["kafka_version"] = check_version(kafka_version)
+        if brokers is not None:
+            if not 1 <= brokers <= MAX_BROKERS:
+                raise ScenarioError(f"{self.path}: cluster.brokers (override): {brokers} is not allowed; "
+                                    f"allowed: 1..{MAX_BROKERS}")
+            data["cluster"]["brokers"] = brokers
+            _check_semantics(data, f"{self.path} (with brokers={brokers})")
         return Scenario(self.name, self.path, data)
 
 

@@ -39,7 +39,7 @@ def _group_id(name: str) -> str:
 
 
 def scenario_group(scenario_name: str, scenario_path: str):
-    """provision (setup) → run → analyze → validate → summarize → report, teardown always."""
+    """provision (setup) → run → analyze → validate → compare with history → report, teardown always."""
     gid = _group_id(scenario_name)
 
     @task_group(group_id=gid)
@@ -85,11 +85,14 @@ def scenario_group(scenario_name: str, scenario_path: str):
             result = gx_validate(Path(run["run_dir"]))
             return {"status": result.status, "run_dir": run["run_dir"]}
 
-        @task(trigger_rule="all_done")
-        def summarize_and_report() -> dict:
+        @task(trigger_rule="all_done")  # also after a failed run or analysis: that is an error verdict
+        def compare_with_history() -> dict:
             ti = get_current_context()["ti"]
             run = ti.xcom_pull(task_ids=f"{gid}.run_workload", key="run") or {}
-            summary = pipeline.summarize(run.get("run_dir"), scenario_name, _batch_id(), error=run.get("error"))
+            return pipeline.summarize(run.get("run_dir"), scenario_name, _batch_id(), error=run.get("error"))
+
+        @task(trigger_rule="all_done")
+        def report(summary: dict) -> dict:
             if summary.get("run_dir"):
                 summary["report"] = pipeline.report(summary["run_dir"])
             return summary
@@ -101,8 +104,9 @@ def scenario_group(scenario_name: str, scenario_path: str):
             application_args=[f"{{{{ ti.xcom_pull(task_ids='{gid}.run_workload')['run_dir'] }}}}"],
             conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "8", "spark.ui.enabled": "false"})
         verdict = validate(run)
-        summary = summarize_and_report()
-        run >> analyze >> verdict >> summary
+        compared = compare_with_history()
+        summary = report(compared)
+        run >> analyze >> verdict >> compared
         run >> teardown_cluster(cluster)
         return summary
 

@@ -54,14 +54,17 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     assert nightly.catchup is False and nightly.max_active_runs == 1
     assert nightly.schedule == "0 2 * * *"
     tasks = {t.task_id: t for t in nightly.tasks}
-    for step in ("provision", "run_workload", "analyze", "validate", "summarize_and_report", "teardown_cluster"):
+    for step in ("provision", "run_workload", "analyze", "validate", "compare_with_history", "report",
+                 "teardown_cluster"):
         assert f"baseline.{step}" in tasks
     assert tasks["baseline.provision"].is_setup and tasks["baseline.teardown_cluster"].is_teardown
     assert type(tasks["baseline.analyze"]).__name__ == "SparkSubmitOperator"
     assert tasks["baseline.analyze"].pool == "kafka_cluster" or tasks["baseline.run_workload"].pool == "kafka_cluster"
     assert tasks["gate"].trigger_rule == "all_done"
     # groups run one after another (one cluster per host)
-    assert {"baseline.teardown_cluster", "baseline.summarize_and_report"} <= \
+    assert tasks["baseline.compare_with_history"].upstream_task_ids == {"baseline.validate"}
+    assert tasks["baseline.report"].upstream_task_ids == {"baseline.compare_with_history"}
+    assert {"baseline.teardown_cluster", "baseline.report"} <= \
         tasks["consumer_crash_commit_before.provision"].upstream_task_ids
     manual = bag.get_dag("kafka_reliability_manual")
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]

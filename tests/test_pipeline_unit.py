@@ -103,3 +103,13 @@ def test_a_scenario_that_cannot_take_the_overrides_is_an_error_summary_before_an
     assert "topic.replication_factor: 3 is more than the 1 broker(s)" in summary["error"]
     ok, problems = pipeline.gate([summary])
     assert not ok and "replication_factor" in problems[0]
+
+
+def test_regression_baseline_is_runs_of_the_same_configuration(tmp_path):
+    url = f"sqlite:///{tmp_path}/h.sqlite"
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    for i, h in enumerate(("aaaa", "aaaa", "bbbb")):
+        history.record({"scenario": "s", "run_id": f"r{i}", "kafka_version": "4.3.1", "verdict": "pass",
+                        "scenario_hash": h, "finished_at": t0 + timedelta(days=i), "metrics": metrics()}, url)
+    assert [r["run_id"] for r in history.runs("s", scenario_hash="aaaa", url=url)] == ["r1", "r0"]
+    assert "bbbb" in history.format_trend(history.runs("s", url=url)).splitlines()[3]

@@ -131,3 +131,11 @@ def test_overrides_apply_and_are_checked_like_the_file(tmp_path):
                                                 "faults": [{"at": 1, "kind": "kill", "target": "node:3"}]}))
     with pytest.raises(ScenarioError, match=r"faults\[0\].target: node 3 does not exist"):
         killer.with_overrides(brokers=2)
+
+
+def test_hash_covers_what_runs_not_the_words_around_it(tmp_path):
+    s = scenario_mod.load(write(tmp_path, MINIMAL))
+    reworded = scenario_mod.load(write(tmp_path, {**MINIMAL, "tags": ["nightly"], "description": "d",
+                                                  "explanation": "e"}))
+    assert reworded.hash() == s.hash()
+    assert s.with_overrides(messages=11).hash() != s.hash() != s.with_overrides(brokers=4).hash()

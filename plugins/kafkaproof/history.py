@@ -92,8 +92,9 @@ def record(row: Mapping[str, Any], url: str | None = None) -> None:
 
 
 def runs(scenario: str | None = None, kafka_version: str | None = None, verdict: str | None = None,
-         limit: int = 50, url: str | None = None, before_run_id: str | None = None) -> list[dict]:
-    """Most recent runs first, optionally filtered."""
+         limit: int = 50, url: str | None = None, before_run_id: str | None = None,
+         scenario_hash: str | None = None) -> list[dict]:
+    """Most recent runs first, optionally filtered (`scenario_hash`: only runs of that exact configuration)."""
     q = sa.select(SCENARIO_RUNS).order_by(SCENARIO_RUNS.c.finished_at.desc(), SCENARIO_RUNS.c.id.desc()).limit(limit)
     if scenario:
         q = q.where(SCENARIO_RUNS.c.scenario == scenario)
@@ -101,6 +102,8 @@ def runs(scenario: str | None = None, kafka_version: str | None = None, verdict:
         q = q.where(SCENARIO_RUNS.c.kafka_version == kafka_version)
     if verdict:
         q = q.where(SCENARIO_RUNS.c.verdict == verdict)
+    if scenario_hash:
+        q = q.where(SCENARIO_RUNS.c.scenario_hash == scenario_hash)
     if before_run_id:
         q = q.where(SCENARIO_RUNS.c.run_id != before_run_id)
     with engine(url).connect() as conn:
@@ -139,7 +142,7 @@ class RegressionPolicy:
 
 def find_regressions(scenario: str, current: Mapping[str, Any], passing_history: list[Mapping[str, Any]],
                      policy: RegressionPolicy | None = None) -> list[Regression]:
-    """Pure: compare a run's key metrics with earlier passing runs of the same scenario and version.
+    """Pure: compare a run's key metrics with earlier passing runs of the same scenario, configuration and version.
 
     - any anomaly kind with a non-zero count that no passing run in the window had;
     - a trended metric worse than the window's median by more than `tolerance` (relative)
@@ -170,7 +173,7 @@ def find_regressions(scenario: str, current: Mapping[str, Any], passing_history:
 
 def format_trend(rows: list[dict]) -> str:
     """A plain-text table of runs, oldest first."""
-    lines = [f"{'finished (UTC)':<20} {'scenario':<34} {'kafka':<7} {'verdict':<7} {'recovery_s':>10} "
+    lines = [f"{'finished (UTC)':<20} {'scenario':<34} {'hash':<8} {'kafka':<7} {'verdict':<7} {'recovery_s':>10} "
              f"{'unavail_s':>9} {'p99_ms':>8}  anomalies"]
     for r in reversed(rows):
         m = r["metrics"]
@@ -179,6 +182,7 @@ def format_trend(rows: list[dict]) -> str:
         def num(v):
             return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
         when = r["finished_at"].strftime("%Y-%m-%d %H:%M:%S") if r["finished_at"] else "?"
-        lines.append(f"{when:<20} {r['scenario']:<34} {r['kafka_version'] or '-':<7} {r['verdict']:<7} "
+        lines.append(f"{when:<20} {r['scenario']:<34} {(r['scenario_hash'] or '-')[:8]:<8} "
+                     f"{r['kafka_version'] or '-':<7} {r['verdict']:<7} "
                      f"{num(m.get('recovery_s')):>10} {num(m.get('unavailable_s')):>9} {num(m.get('publish_p99_ms')):>8}  {anomalies}")
     return "\n".join(lines)

@@ -151,7 +151,8 @@ def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history:
     summary.metrics = history.key_metrics(metrics)
     if summary.verdict == "pass" and summary.expect == "pass":
         past = [r["metrics"] for r in history.runs(scenario, summary.kafka_version, verdict="pass",
-                                                   before_run_id=summary.run_id)]
+                                                   before_run_id=summary.run_id,
+                                                   scenario_hash=manifest.get("scenario_hash"))]
         summary.regressions = [r.message for r in history.find_regressions(scenario, summary.metrics, past,
                                                                            history.RegressionPolicy.from_env())]
     if record_history and summary.run_id:

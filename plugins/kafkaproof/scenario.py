@@ -28,6 +28,7 @@ COMMIT_STRATEGIES = ("auto", "sync", "async", "before")
 KEY_DISTRIBUTIONS = ("none", "single", "uniform", "sequential")
 CONSUMER_FAULT_KINDS = ("kill", "stop", "pause")
 MAX_BROKERS = 9
+PRESENTATION_FIELDS = ("description", "explanation", "tags")  # not part of what a scenario runs
 
 _CONFIG_MAP = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
 
@@ -179,8 +180,13 @@ class Scenario:
                                      f.get("duration")) for f in self.data["faults"]), key=lambda t: t.at)
 
     def hash(self) -> str:
-        """Stable hash of the resolved scenario (history compares runs of equal hashes)."""
-        return hashlib.sha256(json.dumps(self.data, sort_keys=True).encode()).hexdigest()[:16]
+        """Stable hash of what the scenario runs (history compares runs of equal hashes).
+
+        Covers the resolved configuration, overrides included; not the words around it
+        (description, explanation, tags), so retagging or rewording keeps a scenario's history.
+        """
+        runs = {k: v for k, v in self.data.items() if k not in PRESENTATION_FIELDS}
+        return hashlib.sha256(json.dumps(runs, sort_keys=True).encode()).hexdigest()[:16]
 
     def with_overrides(self, messages: int | None = None, kafka_version: str | None = None,
                        brokers: int | None = None, bootstrap: str | None = None) -> "Scenario":

@@ -113,3 +113,8 @@ def test_regression_baseline_is_runs_of_the_same_configuration(tmp_path):
                         "scenario_hash": h, "finished_at": t0 + timedelta(days=i), "metrics": metrics()}, url)
     assert [r["run_id"] for r in history.runs("s", scenario_hash="aaaa", url=url)] == ["r1", "r0"]
     assert "bbbb" in history.format_trend(history.runs("s", url=url)).splitlines()[3]
+
+
+def test_a_batch_that_judged_nothing_fails_the_gate():
+    ok, problems = pipeline.gate([])
+    assert not ok and "no scenario ran" in problems[0]

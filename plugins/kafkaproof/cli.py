@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from . import logs
-from .errors import KafkaproofError
+from .errors import KafkaproofError, ScenarioError
 
 
 def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
@@ -184,7 +184,11 @@ def cmd_scenario_validate(args) -> int:
 
 def cmd_scenario_list(args) -> int:
     from . import scenario as scenario_mod
-    for s in scenario_mod.load_catalog(args.dir, args.tag):
+    selected = scenario_mod.load_catalog(args.dir, args.tag)
+    if not selected and args.tag:
+        tags = sorted({t for s in scenario_mod.load_catalog(args.dir) for t in s.data["tags"]})
+        raise ScenarioError(f"{args.dir}: no scenario has the tag {args.tag!r}; tags in the catalog: {', '.join(tags)}")
+    for s in selected:
         detect = f" detect {','.join(s.expect['detect'])}" if s.expect["detect"] else ""
         print(f"{s.name:<36} {s.guarantee:<14} {','.join(s.data['tags']):<22}{detect}")
     return 0

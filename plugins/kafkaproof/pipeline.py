@@ -166,7 +166,9 @@ def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history:
 
 
 def gate(summaries: list[dict]) -> tuple[bool, list[str]]:
-    """Pure: whether the batch passes, and one line per problem."""
+    """Pure: whether the batch passes, and one line per problem (a batch that judged nothing fails)."""
+    if not summaries:
+        return False, ["no scenario ran: the suite selected none (check the tag or the scenario list)"]
     problems = []
     for s in summaries:
         if s is None:

@@ -486,6 +486,112 @@ def test_lost_ack_with_reset_delivers_earlier_responses_then_resets(run: Any) ->
     run(scenario())
 
 
+def test_lost_ack_reset_reports_the_answers_pipelined_behind_it(run: Any) -> None:
+    async def scenario() -> None:
+        async with stack(delays={kp.METADATA: 1.0}) as s:
+            lost = s.proxy.add_rule({"action": "lost_ack", "api": "produce", "count": 1, "reset": True})
+            # Holds the reset back 300 ms, so the answers pipelined behind it arrive first.
+            s.proxy.add_rule({"action": "latency", "api": "produce", "ms": 300, "count": 1})
+            client = await s.client()
+            await client.send(produce_request(9, {"t": [0]}, records_per_partition=2), 1)  # ack dropped
+            await client.send(produce_request(9, {"t": [1]}, records_per_partition=3), 2)  # answered
+            await client.send(produce_request(9, {"t": [0]}), 3)                           # answered
+            await client.send(metadata_request(9, ["t"]), 4)  # the broker takes 1 s: no answer at the reset
+            await client.send(produce_request(9, {"t": [2]}), 5)  # queued behind it at the broker
+            with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                await client.recv_raw()
+            (dropped,) = s.faults(phase="response_dropped")
+            assert dropped["correlation_id"] == 1 and dropped["detail"]["reset"] is True
+            discarded = s.faults(phase="response_discarded")
+            assert [e["correlation_id"] for e in discarded] == [2, 3, 4, 5]
+            assert {(e["rule_id"], e["action"]) for e in discarded} == {(lost, "lost_ack")}
+            logs = s.cluster.logs
+            assert [(b.correlation_id, b.base_offset) for b in logs[("t", 0)]] == [(1, 0), (3, 2)]
+            second, third, metadata, fifth = discarded
+            assert second["detail"] == {"caused_by": "response_dropped", "response_received": True, "results": [
+                {"topic": "t", "partition": 1, "error_code": 0, "error": "NONE", "base_offset": 0}]}
+            # The rules had expired when it arrived; its topics are reported all the same.
+            assert second["topics"] == [{"topic": "t", "partitions": [1], "record_counts": [3]}]
+            assert third["detail"]["results"][0]["base_offset"] == 2 and third["topics"][0]["partitions"] == [0]
+            assert metadata["api"] == "metadata"
+            assert metadata["detail"] == {"caused_by": "response_dropped", "response_received": False}
+            assert fifth["detail"] == {"caused_by": "response_dropped", "response_received": False}
+            assert fifth["topics"] == [{"topic": "t", "partitions": [2], "record_counts": [1]}]
+            close = s.sink.of("conn_close")[-1]
+            assert close["detail"]["rst"] is True and close["detail"]["in_flight"] == 2
+            await client.close()
+    run(scenario())
+
+
+def test_reset_rules_report_the_answers_they_discard(run: Any) -> None:
+    async def scenario() -> None:
+        async with stack(delays={kp.METADATA: 0.5}) as s:
+            # Without after_bytes: the answers still owed on the connection are lost.
+            rid = s.proxy.add_rule({"action": "reset", "client_id": "resetter"})
+            client = await s.client()
+            await client.send(produce_request(9, {"t": [0]}), 1)
+            await client.recv_raw()  # delivered before the reset: not discarded
+            await client.send(metadata_request(9, ["t"]), 2)
+            await client.send(api_versions_request(3), 3, client_id="resetter")
+            with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                await client.recv_raw()
+            assert [(e["phase"], e["correlation_id"]) for e in s.faults(rule_id=rid)] == [
+                ("connection_reset", 3), ("response_discarded", 2)]
+            assert s.faults(phase="response_discarded")[0]["detail"] == {
+                "caused_by": "connection_reset", "response_received": False}
+            s.proxy.remove_rule(rid)
+            # With after_bytes on responses: the torn answer is discarded too, with what it said.
+            rid = s.proxy.add_rule({"action": "reset", "api": "produce", "direction": "response",
+                                    "after_bytes": 10})
+            other = await s.client()
+            await other.send(produce_request(9, {"t": [1]}), 1)
+            await other.send(metadata_request(9, ["t"]), 2)
+            with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                await other.recv_raw()
+            events = s.faults(rule_id=rid)
+            assert [(e["phase"], e["correlation_id"]) for e in events] == [
+                ("connection_reset", 1), ("response_discarded", 1), ("response_discarded", 2)]
+            assert events[1]["detail"] == {"caused_by": "connection_reset", "response_received": True, "results": [
+                {"topic": "t", "partition": 1, "error_code": 0, "error": "NONE", "base_offset": 0}]}
+            assert events[2]["detail"]["response_received"] is False
+            await client.close()
+            await other.close()
+    run(scenario())
+
+
+def test_closes_not_caused_by_a_rule_discard_nothing(run: Any) -> None:
+    async def scenario() -> None:
+        async with stack(delays={kp.PRODUCE: 0.3}) as s:
+
+            async def owe_two_answers() -> RawClient:
+                client = await s.client()
+                seen = len(s.brokers[0].requests)
+                await client.send(produce_request(9, {"t": [0]}), 1)
+                await client.send(produce_request(9, {"t": [1]}), 2)
+                await _until(lambda: len(s.brokers[0].requests) > seen)  # the broker is working on them
+                return client
+
+            def closes() -> list[dict[str, Any]]:
+                return s.sink.of("conn_close")
+
+            await (await owe_two_answers()).close()  # the client leaves
+            await _until(lambda: len(closes()) == 1)
+            staying = await owe_two_answers()
+            await s.brokers[0].stop()  # the broker goes away
+            await _until(lambda: len(closes()) == 2)
+            assert [(e["detail"]["rst"], e["detail"]["in_flight"]) for e in closes()] == [(False, 2), (False, 2)]
+            assert not s.faults()
+            await staying.close()
+    run(scenario())
+
+
+async def _until(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
 def test_error_without_forwarding_answers_every_partition(run: Any) -> None:
     async def scenario() -> None:
         async with stack() as s:
@@ -659,6 +765,9 @@ def test_reset_after_bytes_cuts_the_frame(run: Any) -> None:
             first = len(client.sent[0])
             assert event["detail"]["bytes_written"] == 150 - first  # exactly after_bytes went upstream
             assert len(s.brokers[0].requests) == 1
+            # The torn request never reached the broker whole: only the answer still owed before it
+            # (if it was not delivered yet) is discarded.
+            assert [e["correlation_id"] for e in s.faults(phase="response_discarded")] in ([], [1])
     run(scenario())
 
 

@@ -33,7 +33,9 @@ from typing import Any
 from . import protocol as kp
 from .errors import KafkaProtocolError, ProxyError, RuleError, UnsupportedVersion
 from .events import EventSink, JsonlEventSink, stamp
-from .stream import SLOT_DROP, SLOT_READY, SLOT_RESET, FrameProtocol, Item, OrderedSender, abort_with_rst
+from .stream import (
+    SLOT_DROP, SLOT_PENDING, SLOT_READY, SLOT_RESET, FrameProtocol, Item, OrderedSender, abort_with_rst,
+)
 from .rules import (
     BANDWIDTH, BLACKHOLE, BOTH, ERROR, LATENCY, LOST_ACK, REQUEST, RESET, RESPONSE,
     Pacer, Rule, RuleState, parse_rule,
@@ -257,6 +259,54 @@ class _Connection:
         await sender.settle(_SETTLE_TIMEOUT_S)
         self.close(reason)
 
+    def reset(self, state: RuleState, caused_by: str, reason: str, torn: Item | None = None,
+              torn_direction: str = RESPONSE) -> None:
+        """Reset the connection (RST) because rule ``state`` acted (its event's phase: ``caused_by``).
+
+        Every request whose answer the client will now never get is reported first,
+        one ``response_discarded`` event each, in request order: answers that had
+        arrived (with the ``results`` of a Produce, i.e. what the broker wrote) and
+        requests still awaiting theirs. Not reported: a lost ack's own request (its
+        ``response_dropped`` says so), and a request ``torn`` on its way to the broker
+        (its ``connection_reset`` says so; it never reached the broker whole). A
+        response ``torn`` on its way to the client was discarded too.
+        """
+        if self.closed:
+            return
+        if not self.client_side.lost:  # a client already gone lost its answers by leaving, not to the rule
+            self._report_discarded(state, caused_by, torn, torn_direction)
+        self.close(reason, rst=True)
+
+    def _report_discarded(self, state: RuleState, caused_by: str, torn: Item | None, torn_direction: str) -> None:
+        items: list[Item] = []
+        torn_request = None
+        if torn is not None:
+            if torn_direction == RESPONSE:
+                items.append(torn)
+            else:
+                torn_request = torn.ctx
+        if self.down is not None:
+            items.extend(self.down.queued())
+        for item in items:
+            if item.state == SLOT_READY:
+                received = True
+            elif item.state == SLOT_PENDING:
+                received = False
+            else:
+                continue  # SLOT_DROP/SLOT_RESET: a lost ack, already reported as response_dropped
+            ctx = item.ctx
+            if ctx is None or ctx is torn_request:
+                continue
+            detail: dict[str, Any] = {"caused_by": caused_by, "response_received": received}
+            if received:
+                # A broker frame is queued without its length prefix (kept in ``head``);
+                # one the proxy built (rewritten, injected error) carries its prefix.
+                body = item.data if item.head else item.data[4:]
+                results = self._produce_results(ctx.header, body)
+                if results is not None:
+                    detail["results"] = results
+            self.event("fault", ctx, state, phase="response_discarded", detail=detail)
+
     def close(self, reason: str, rst: bool = False) -> None:
         """Close both sides (with RST when ``rst``); idempotent."""
         if self.closed:
@@ -310,6 +360,18 @@ class _Connection:
         if plan.disposition is not None and self._dispose(ctx, plan):
             return
         self._forward(ctx, plan)
+
+    def _on_request_before_reset(self, head: bytes, frame: bytes) -> None:
+        """``on_request`` once a lost ack with reset is due on this connection.
+
+        The requests pipelined until the reset lose their answers with it; their
+        ``response_discarded`` events name their topics and partitions, so each
+        keeps its frame, which the no-rule path of ``on_request`` lets go.
+        """
+        depth = len(self.pending)
+        self.on_request(head, frame)
+        if len(self.pending) > depth:
+            self.pending[-1].ctx.frame = frame
 
     def _forward(self, ctx: _Request, plan: _Plan | None = None,
                  fault: RuleState | None = None, replacement: bytes | None = None) -> None:
@@ -380,11 +442,13 @@ class _Connection:
             return True
         if rule.action == RESET:
             self.event("fault", ctx, state, phase="connection_reset", detail={"forwarded": False})
-            self.close(f"reset by rule {rule.id}", rst=True)
+            self.reset(state, "connection_reset", f"reset by rule {rule.id}")
             return True
         if rule.action == LOST_ACK:
             self.event("fault", ctx, state, phase="request_forwarded", detail={"reset": rule.reset})
             self._forward(ctx, plan, fault=state)
+            if rule.reset:
+                self.client_side.on_frame = self._on_request_before_reset
             return True
         if rule.action == ERROR:
             return self._inject_error(ctx, plan, state)
@@ -449,7 +513,10 @@ class _Connection:
         if state.rule.action == LOST_ACK:
             detail["reset"] = state.rule.reset
             self.event("fault", inflight.ctx, state, phase="response_dropped", detail=detail)
-            self.down.fill(inflight.slot, SLOT_RESET if state.rule.reset else SLOT_DROP, b"", not_before)
+            if state.rule.reset:
+                self.down.fill(inflight.slot, SLOT_RESET, state, not_before)
+            else:
+                self.down.fill(inflight.slot, SLOT_DROP, b"", not_before)
         else:
             detail["error_code"] = state.rule.error
             self.event("fault", inflight.ctx, state, phase="response_replaced", detail=detail)
@@ -462,7 +529,7 @@ class _Connection:
         try:
             payload = kp.decode_response(frame, header.api_key, header.api_version)
         except (KafkaProtocolError, UnsupportedVersion) as exc:
-            log.warning("cannot decode the Produce response the proxy dropped/replaced: %s", exc)
+            log.warning("cannot decode the Produce response the proxy dropped/replaced/discarded: %s", exc)
             return None
         return kp.produce_results(payload, self.proxy.topic_names)
 

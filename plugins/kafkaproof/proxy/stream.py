@@ -251,7 +251,7 @@ class OrderedSender:
     (latency, bandwidth, a reserved slot not yet filled behind which others
     queue), a task takes over until the queue is empty, so later frames can never
     overtake it. ``owner`` is the connection: it provides ``closed``, ``now()``,
-    ``event()``, ``close()`` and ``count_bytes()``.
+    ``event()``, ``reset()`` and ``count_bytes()``.
     """
 
     def __init__(self, owner: Any, target: FrameProtocol, source: FrameProtocol | None, direction: str) -> None:
@@ -296,7 +296,10 @@ class OrderedSender:
 
     def fill(self, item: Item, state: int, data: Any = b"", not_before: float = 0.0,
              pacers: tuple = (), budgets: tuple = (), head: bytes = b"") -> None:
-        """Complete a slot: a frame to write (SLOT_READY), nothing (SLOT_DROP) or a connection reset (SLOT_RESET)."""
+        """Complete a slot: a frame to write (SLOT_READY), nothing (SLOT_DROP) or a connection reset (SLOT_RESET).
+
+        For SLOT_RESET, ``data`` is the rule state that asked for the reset (the owner reports it).
+        """
         item.state, item.head, item.data, item.not_before = state, head, data, not_before
         item.pacers, item.budgets = pacers, budgets
         if self._task is not None:
@@ -368,12 +371,13 @@ class OrderedSender:
                     self._owner.event("fault", item.ctx, state, phase="connection_reset",
                                       detail={"direction": self.direction, "after_bytes": state.rule.after_bytes,
                                               "frame_bytes": len(data), "bytes_written": cut})
-                    self._owner.close(f"reset by rule {state.rule.id}", rst=True)
+                    self._owner.reset(state, "connection_reset", f"reset by rule {state.rule.id}",
+                                      torn=item, torn_direction=self.direction)
                     return
                 remaining[0] -= len(data)
             self._write(data)
         elif item.state == SLOT_RESET:
-            self._owner.close("reset by lost_ack rule", rst=True)
+            self._owner.reset(item.data, "response_dropped", "reset by lost_ack rule")
 
     def _write(self, data: Any, head: bytes = b"") -> None:
         # Small frames written in one event-loop pass (pipelined requests, a burst of
@@ -407,6 +411,10 @@ class OrderedSender:
         if out and transport is not None and not transport.is_closing():
             transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
+
+    def queued(self) -> tuple[Item, ...]:
+        """The items not written yet, in stream order (filled or still pending)."""
+        return tuple(self._items)
 
     def idle(self) -> bool:
         """Whether nothing that can still be written is queued (empty, or waiting on an unfilled slot)."""

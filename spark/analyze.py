@@ -116,10 +116,11 @@ SCHEMAS: dict[str, T.StructType] = {
 REQUIRED_TABLES = ("sends", "audit")
 
 # Value-level kinds whose first copy in the log may be a write the client never heard
-# of (a Produce response the fault proxy dropped or replaced): attributed to that fault.
+# of (a Produce response the fault proxy dropped, replaced or discarded): attributed to that fault.
 ATTRIBUTED_KINDS: tuple[str, ...] = ("duplicates", "aborted_reads", "indefinite_landed")
-# proxy_events phases after which the broker had written a batch the client was not told about.
-UNACKNOWLEDGED_WRITE_PHASES = ("response_dropped", "response_replaced")
+# proxy_events phases after which the broker had written a batch the client was not told about
+# (`response_discarded` only where the answer had arrived: its row has base offsets).
+UNACKNOWLEDGED_WRITE_PHASES = ("response_dropped", "response_replaced", "response_discarded")
 UNATTRIBUTED = "(unattributed)"
 
 ANOMALIES_SCHEMA = _schema(
@@ -505,11 +506,13 @@ def reorder_anomalies(values: DataFrame) -> DataFrame:
 def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) -> list[dict[str, Any]]:
     """Pure: the writes the broker made but the client never heard of, one per partition write.
 
-    From `proxy_events` rows whose phase is `response_dropped` (lost ack) or
-    `response_replaced` (an error answered after the broker appended): each partition
-    with a base offset >= 0 took offsets [base, base + record_count - 1] (only `base`
-    when the count is unknown). Rows of other topics are ignored when `topic` is
-    known; a write recorded twice is kept once (earliest).
+    From `proxy_events` rows whose phase is `response_dropped` (lost ack),
+    `response_replaced` (an error answered after the broker appended) or
+    `response_discarded` (an answer lost when the proxy reset the connection; only
+    those that had arrived carry base offsets): each partition with a base offset
+    >= 0 took offsets [base, base + record_count - 1] (only `base` when the count is
+    unknown). Rows of other topics are ignored when `topic` is known; a write
+    recorded twice is kept once (earliest).
     """
     out: dict[tuple[int, int], dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: r["ts_ns"] or 0):
@@ -532,11 +535,13 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
 
 def cause_text(write: Mapping[str, Any]) -> str:
     """Pure: one sentence naming the proxy action behind an attributed anomaly."""
-    what = ("dropped (lost ack)" if write["phase"] == "response_dropped"
-            else "replaced with an error")
+    what = {"response_dropped": "the fault proxy dropped (lost ack)",
+            "response_replaced": "the fault proxy replaced with an error",
+            "response_discarded": "was discarded when the fault proxy reset the connection"}.get(
+        write["phase"], f"the fault proxy did not deliver ({write['phase']})")
     return (f"first copy is the write at offsets {write['first_offset']}..{write['last_offset']} (Produce to "
             f"broker {write['broker']}, connection {write['conn']}, correlation id {write['correlation_id']}) "
-            f"whose response the fault proxy {what}: fault {write['cause_fault_id']}")
+            f"whose response {what}: fault {write['cause_fault_id']}")
 
 
 WRITES_SCHEMA = _schema(

@@ -294,11 +294,13 @@ def lost_ack_attribution() -> Golden:
     The proxy dropped the response to a 2-record write at offsets 1..2 (fault `la`);
     the producer retried and the batch landed again at 3..4. It also dropped the
     response to the write at 7 (count unknown: the base offset alone), whose send then
-    ended indefinite. The copies at 5 and 6 have no proxy action behind them, and a
-    dropped write of another topic is ignored.
+    ended indefinite. The write at 8 was pipelined behind a dropped answer: the reset
+    that followed discarded its answer too, and its retry landed at 9. The copies at
+    5 and 6 have no proxy action behind them, and a dropped write of another topic is
+    ignored.
     """
     g = Golden("lost_ack_attribution", consumers=[{"group": "g"}],
-               counts={"duplicates": 3, "indefinite_landed": 1})
+               counts={"duplicates": 4, "indefinite_landed": 1})
     g.fault("la", "lost_ack", 5, 60, target="all")
     g.event(0, "assign", 0, [0])
     g.acked(0, 0, 0)
@@ -314,9 +316,13 @@ def lost_ack_attribution() -> Golden:
     i = g.send(0, 4, 30, outcome="indefinite", latency_ms=500)
     g.proxy_event("la", "response_dropped", 31, 0, 7, None, correlation_id=2)
     g.log(0, 7, i)
+    p = g.send(0, 5, 40, offset=9)
+    g.proxy_event("la", "response_discarded", 41, 0, 8, 1, correlation_id=3)
+    g.log(0, 8, p)
+    g.log(0, 9, p)
     g.read_all(0, 0, 100)
-    g.value_ids = {"duplicates": [d1, d2, u], "indefinite_landed": [i]}
-    g.causes = {d1: "la", d2: "la", u: None, i: "la"}
+    g.value_ids = {"duplicates": [d1, d2, u, p], "indefinite_landed": [i]}
+    g.causes = {d1: "la", d2: "la", u: None, i: "la", p: "la"}
     return g
 
 

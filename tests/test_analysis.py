@@ -187,9 +187,12 @@ def test_duplicates_are_attributed_to_the_lost_ack_that_caused_them(runs):
     first = rows[rows["value_id"] == min(g.value_ids["duplicates"])].iloc[0]
     assert "offsets 1..2" in first["cause"] and "correlation id 1" in first["cause"] and "lost ack" in first["cause"]
     assert first["cause"] in first["detail"]
+    pipelined = rows[rows["value_id"] == max(g.value_ids["duplicates"])].iloc[0]
+    assert "offsets 8..8" in pipelined["cause"] and "correlation id 3" in pipelined["cause"]
+    assert "discarded when the fault proxy reset the connection" in pipelined["cause"]
     att = metrics_of(runs["lost_ack_attribution"])["attribution"]
-    assert att["unacknowledged_writes"] == 2 and att["unacknowledged_records"] == 3  # other topic ignored
-    assert att["kinds"]["duplicates"] == {"attributed": 2, "unattributed": 1, "by_fault": {"la": 2}}
+    assert att["unacknowledged_writes"] == 3 and att["unacknowledged_records"] == 4  # other topic ignored
+    assert att["kinds"]["duplicates"] == {"attributed": 3, "unattributed": 1, "by_fault": {"la": 3}}
     assert att["kinds"]["indefinite_landed"] == {"attributed": 1, "unattributed": 0, "by_fault": {"la": 1}}
     # without proxy events nothing is attributed, and the metrics say so
     plain = metrics_of(runs["duplicates"])["attribution"]
@@ -209,10 +212,16 @@ def test_unacknowledged_writes_from_proxy_events():
         row("response_replaced", [20, 5], None, ts=2),          # count unknown: the base offset alone
         row("response_dropped", [10, -1], [3, 1], ts=3),        # the same write reported again: kept once
         row("response_dropped", [99, 99], [1, 1], topic="u"),   # another topic
+        row("response_discarded", [30, -1], [2, 1], ts=4),      # answered, lost in the reset behind a lost ack
+        row("response_discarded", None, [4, 4], ts=5),          # no answer yet: nothing known to be written
     ], "t")
     assert [(w["partition"], w["first_offset"], w["last_offset"], w["phase"]) for w in writes] == [
-        (0, 10, 12, "response_dropped"), (0, 20, 20, "response_replaced"), (1, 5, 5, "response_replaced")]
+        (0, 10, 12, "response_dropped"), (0, 20, 20, "response_replaced"), (0, 30, 31, "response_discarded"),
+        (1, 5, 5, "response_replaced")]
+    assert "whose response the fault proxy dropped (lost ack): fault f" in job.cause_text(writes[0])
     assert "whose response the fault proxy replaced with an error" in job.cause_text(writes[1])
+    assert "whose response was discarded when the fault proxy reset the connection: fault f" in \
+        job.cause_text(writes[2])
     assert job.unacknowledged_writes([], "t") == []
 
 

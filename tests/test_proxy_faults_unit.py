@@ -184,6 +184,27 @@ def test_proxy_event_rows_carry_what_the_broker_wrote():
     assert json.loads(rows[1]["detail"])["results"][0]["base_offset"] == 41
 
 
+def test_discarded_answers_land_in_the_same_columns_as_dropped_ones(tmp_path):
+    results = [{"topic": "t", "partition": 2, "error_code": 0, "error": "NONE", "base_offset": 17},
+               {"topic": "t", "partition": 0, "error_code": 0, "error": "NONE", "base_offset": 40}]
+    arrived = {"caused_by": "response_dropped", "response_received": True, "results": results}
+    events = [_event("response_discarded", correlation_id=8, detail=arrived),
+              _event("response_discarded", correlation_id=9,
+                     detail={"caused_by": "response_dropped", "response_received": False}),
+              _event("response_discarded", correlation_id=10, topics=None, detail=arrived)]
+    rows = proxy_event_rows(events, {"lost_ack-0123abcd"})
+    assert rows[0]["phase"] == "response_discarded" and rows[0]["fault_id"] == "lost_ack-0123abcd"
+    assert rows[0]["partitions"] == [0, 2] and rows[0]["base_offsets"] == [40, 17]
+    assert rows[0]["record_counts"] == [5, 3]
+    assert rows[1]["base_offsets"] is None, "no answer yet: the broker may or may not have written it"
+    # Without the request's topics (its frame was gone) the answer still names the write.
+    assert (rows[2]["topic"], rows[2]["partitions"], rows[2]["base_offsets"]) == ("t", [2, 0], [17, 40])
+    assert rows[2]["record_counts"] is None
+    assert ledger.write_table(tmp_path, "proxy_events", rows) == 3
+    written = ledger.read_table(tmp_path, "proxy_events").to_pylist()
+    assert [r["base_offsets"] for r in written] == [[40, 17], None, [17, 40]]
+
+
 def test_ledger_tables_stay_compatible(tmp_path):
     assert ledger.write_table(tmp_path, "proxy_events", []) == 0
     assert ledger.read_table(tmp_path, "proxy_events").schema == ledger.PROXY_EVENTS

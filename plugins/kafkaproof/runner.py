@@ -391,9 +391,13 @@ def proxy_event_rows(events: list[dict], fault_ids: set[str]) -> list[dict]:
         base_offsets = None
         counts = topics[0].get("record_counts") if topics else None
         results = detail.get("results")
+        if results and not topics:
+            # The request's topics are unknown (the proxy no longer had its frame): its answer names them.
+            topic = results[0].get("topic")
+            partitions = [r["partition"] for r in results if r.get("topic") == topic]
         if results is not None:
-            # What the broker wrote for the request whose answer was dropped or replaced:
-            # its base offset per partition, -1 where it wrote nothing (it answered an error).
+            # What the broker wrote for the request whose answer was dropped, replaced or
+            # discarded: its base offset per partition, -1 where it wrote nothing (it answered an error).
             by_part = {r["partition"]: (r["base_offset"] if r.get("error_code") == 0 else -1)
                        for r in results if r.get("topic") in (topic, topics[0].get("topic_id") if topics else None)}
             base_offsets = [by_part.get(p, -1) for p in partitions]

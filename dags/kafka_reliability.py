@@ -14,6 +14,7 @@ from airflow.sdk import Param, dag, get_current_context, setup, task, task_group
 from airflow.sdk.exceptions import AirflowFailException
 
 from kafkaproof import pipeline
+from kafkaproof.analysis import spark_conf
 from kafkaproof.errors import ScenarioError
 from kafkaproof.install import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
 from kafkaproof.scenario import MAX_BROKERS, load
@@ -102,7 +103,7 @@ def scenario_group(scenario_name: str, scenario_path: str):
         analyze = SparkSubmitOperator(
             task_id="analyze", application=ANALYZE_APP, conn_id=SPARK_CONN, name=f"kafkaproof-{scenario_name}",
             application_args=[f"{{{{ ti.xcom_pull(task_ids='{gid}.run_workload')['run_dir'] }}}}"],
-            conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "8", "spark.ui.enabled": "false"})
+            conf=spark_conf())
         verdict = validate(run)
         compared = compare_with_history()
         summary = report(compared)

@@ -9,7 +9,11 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CON
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER="$AIRFLOW_HOME/logs"
 # Spark: local[2] by default; point it at a cluster with e.g. {"conn_type":"spark","host":"spark://host:7077"}.
 # (JSON braces cannot sit inside ${VAR:-default}: a set variable would gain a stray '}'.)
-[ -n "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ] || export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type":"spark","host":"local[2]"}'
+if [ -z "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ]; then
+  export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type":"spark","host":"local[2]"}'
+  # A local driver would bind to the host's first non-loopback address; it needs none.
+  export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+fi
 # An existing Kafka cluster for the manual DAG (its Extra JSON is the confluent-kafka client config).
 [ -n "${AIRFLOW_CONN_KAFKA_DEFAULT:-}" ] || \
   export AIRFLOW_CONN_KAFKA_DEFAULT='{"conn_type":"kafka","extra":{"bootstrap.servers":"localhost:9092"}}'

@@ -1132,13 +1132,32 @@ def _str_lookup(mapping: Mapping[str, str], key: Column) -> Column:
     return F.try_element_at(F.create_map(*[F.lit(x) for kv in mapping.items() for x in kv]), key)
 
 
-def build_session(app_name: str = "kafkaproof-analyze") -> SparkSession:
+ROWS_PER_SHUFFLE_PARTITION = 250_000
+MIN_SHUFFLE_PARTITIONS, MAX_SHUFFLE_PARTITIONS = 2, 16
+
+
+def ledger_rows(run_dir: Path) -> int:
+    """Rows of a run's ledger tables, from the Parquet footers (nothing is read)."""
+    import pyarrow.parquet as pq
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in Path(run_dir).glob("*.parquet"))
+
+
+def shuffle_partitions(rows: int) -> int:
+    """Pure: shuffle partitions for a ledger of `rows` rows.
+
+    Each partition is a task; a nightly-sized ledger (thousands of rows) runs fastest in
+    few of them (Spark's per-task cost dominates), a 10M-value ledger needs more.
+    """
+    return max(MIN_SHUFFLE_PARTITIONS, min(MAX_SHUFFLE_PARTITIONS, rows // ROWS_PER_SHUFFLE_PARTITION))
+
+
+def build_session(run_dirs: Sequence[Path] = (), app_name: str = "kafkaproof-analyze") -> SparkSession:
     """The SparkSession; settings given to spark-submit (--conf) win over these defaults."""
     builder = SparkSession.builder.appName(app_name)
     spark = builder.getOrCreate()
     conf = spark.sparkContext.getConf()
     defaults = {
-        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions(max((ledger_rows(d) for d in run_dirs), default=0))),
         "spark.sql.session.timeZone": "UTC",
     }
     for k, v in defaults.items():
@@ -1160,7 +1179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (d / "manifest.json").exists():
             print(f"[analyze] error: {d}/manifest.json missing; not a run directory", file=sys.stderr)
             return 2
-    spark = build_session()
+    spark = build_session(args.run_dirs)
 
     def one(d: Path) -> Path | None:
         try:

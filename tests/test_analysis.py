@@ -360,3 +360,20 @@ def test_failed_job_raises_with_output_tail(tmp_path):
         analysis.analyze(run, spark_submit=str(fake))
     with pytest.raises(LedgerError):
         analysis.analyze(tmp_path / "missing", spark_submit=str(fake))
+
+
+@pytest.mark.unit
+def test_shuffle_partitions_follow_the_ledger_size(tmp_path):
+    assert [job.shuffle_partitions(n) for n in (0, 20_000, 1_000_000, 4_000_000, 40_000_000)] == [2, 2, 4, 16, 16]
+    pa_table = pytest.importorskip("pyarrow").table({"x": list(range(7))})
+    import pyarrow.parquet as pq
+    pq.write_table(pa_table, tmp_path / "sends.parquet")
+    pq.write_table(pa_table, tmp_path / "reads.parquet")
+    assert job.ledger_rows(tmp_path) == 14
+
+
+@pytest.mark.unit
+def test_local_spark_stays_on_loopback():
+    assert analysis.spark_env({}, master="local[2]")["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert "SPARK_LOCAL_IP" not in analysis.spark_env({}, master="spark://spark-master:7077")
+    assert analysis.spark_env({"SPARK_LOCAL_IP": "10.1.2.3"})["SPARK_LOCAL_IP"] == "10.1.2.3"

@@ -28,11 +28,12 @@ ANALYSIS_DIR = "analysis"
 STDERR_TAIL = 40
 
 # Sized for a 2-core, 24 GiB machine: in local mode the driver JVM does all the work.
+# Used by `kafkaproof analyze` and by the DAGs' SparkSubmitOperator alike. No
+# spark.sql.shuffle.partitions: the job sizes it from the ledger (a --conf still wins).
 DEFAULT_CONF: dict[str, str] = {
     "spark.driver.memory": "6g",
     # Throughput collector: the job is a batch; G1's concurrent work costs CPU the 2 cores need.
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
-    "spark.sql.shuffle.partitions": "16",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -81,9 +82,13 @@ def spark_submit_argv(run_dirs: Sequence[Path] | Path, master: str = DEFAULT_MAS
     return argv + [str(application_path()), *app_args, *[str(Path(d).resolve()) for d in run_dirs]]
 
 
-def spark_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+def spark_env(base: Mapping[str, str] | None = None, master: str = DEFAULT_MASTER) -> dict[str, str]:
     """Environment in which spark-submit finds Spark and runs this interpreter for Python."""
     env = dict(os.environ if base is None else base)
+    if resolve_master(master).startswith("local"):
+        # A local driver binds to the host's first non-loopback address when the hostname
+        # resolves to loopback; the job needs no network beyond this host.
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -98,12 +103,12 @@ def spark_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], quiet: bool) -> None:
+def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
     log.info("running %s", " ".join(argv))
     tail: deque[str] = deque(maxlen=STDERR_TAIL)
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=spark_env(),
-                                bufsize=1)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=spark_env(master=master), bufsize=1)
     except OSError as exc:
         raise AnalysisError(f"could not start {argv[0]}: {exc}") from exc
     assert proc.stdout is not None
@@ -137,7 +142,7 @@ def analyze_many(run_dirs: Sequence[Path], master: str = DEFAULT_MASTER, spark_s
         if not (d / "manifest.json").exists():
             raise LedgerError(f"{d}/manifest.json: no manifest; {d} is not a kafkaproof run directory")
     app_args = ["--parallel", str(parallel)] if parallel else []
-    _run(spark_submit_argv(run_dirs, master, spark_submit, extra_conf, app_args), quiet)
+    _run(spark_submit_argv(run_dirs, master, spark_submit, extra_conf, app_args), quiet, master)
     return {d: read_metrics(d) for d in run_dirs}
 
 

@@ -26,6 +26,9 @@ NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
 SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
 DEFAULT_ARGS = {"retries": 0, "execution_timeout": timedelta(minutes=30)}
+KAFKA_CONN_PARAM = Param(None, type=["null", "string"],
+                         description="an existing cluster by Airflow Kafka connection (e.g. kafka_default; Extra: "
+                                     "bootstrap.servers); `bootstrap` wins when both are set")
 BROKERS_PARAM = Param(None, type=["null", "integer"], minimum=1, maximum=MAX_BROKERS,
                       description="override cluster.brokers (empty: as each scenario says; local cluster only)")
 
@@ -33,6 +36,25 @@ BROKERS_PARAM = Param(None, type=["null", "integer"], minimum=1, maximum=MAX_BRO
 def _batch_id() -> str:
     ctx = get_current_context()
     return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
+
+
+def existing_cluster(params) -> str | None:
+    """Bootstrap servers of the existing cluster a run asks for, or None for the embedded local cluster.
+
+    `bootstrap` names it directly; `kafka_conn_id` names an Airflow Kafka connection whose
+    Extra holds the client config (`bootstrap.servers` is what kafkaproof uses; plaintext only).
+    """
+    if params.get("bootstrap"):
+        return params["bootstrap"]
+    conn_id = params.get("kafka_conn_id")
+    if not conn_id:
+        return None
+    from airflow.sdk import Connection
+    servers = Connection.get(conn_id).extra_dejson.get("bootstrap.servers")
+    if not servers:
+        raise AirflowFailException(f"Airflow connection {conn_id!r}: its Extra has no 'bootstrap.servers'; "
+                                   f'set it, e.g. {{"bootstrap.servers": "kafka-1:9092,kafka-2:9092"}}')
+    return str(servers)
 
 
 def _group_id(name: str) -> str:
@@ -49,13 +71,14 @@ def scenario_group(scenario_name: str, scenario_path: str):
         @task(pool=POOL)
         def provision() -> dict:
             params = get_current_context()["params"]
+            bootstrap = existing_cluster(params)
             try:  # a scenario that cannot take the overrides: an error verdict that says why
                 load(scenario_path).with_overrides(params.get("messages"), params.get("kafka_version"),
-                                                   params.get("brokers"), params.get("bootstrap"))
+                                                   params.get("brokers"), bootstrap)
             except ScenarioError as e:
                 return {"cluster": None, "bootstrap": None, "error": str(e)}
-            if params.get("bootstrap"):
-                return {"cluster": None, "bootstrap": params["bootstrap"]}
+            if bootstrap:
+                return {"cluster": None, "bootstrap": bootstrap}
             name = pipeline.cluster_name_for(_batch_id(), gid)
             return pipeline.provision(scenario_path, name, params.get("kafka_version"), params.get("brokers"))
 
@@ -147,7 +170,8 @@ def chain_groups(groups: list) -> None:
      params={"messages": Param(None, type=["null", "integer"], minimum=1, description="override producers.messages"),
              "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
              "brokers": BROKERS_PARAM,
-             "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)")})
+             "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
+             "kafka_conn_id": KAFKA_CONN_PARAM})
 def kafka_reliability_nightly():
     built = [scenario_group(s.name, s.path) for s in pipeline.suite(NIGHTLY_SUITE)]
     chain_groups([group for group, _ in built])
@@ -166,7 +190,7 @@ def scenario_pipeline(scenario: str, kafka_version: str | None = None, label: st
     """One scenario end to end in one task (provision, run, analyze, validate, summarize, report, teardown)."""
     params = get_current_context()["params"]
     return pipeline.run_pipeline(scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
-                                 messages=params.get("messages"), bootstrap=params.get("bootstrap"), label=label,
+                                 messages=params.get("messages"), bootstrap=existing_cluster(params), label=label,
                                  brokers=params.get("brokers"))
 
 
@@ -179,7 +203,8 @@ def scenario_pipeline(scenario: str, kafka_version: str | None = None, label: st
              "brokers": BROKERS_PARAM,
              "messages": Param(None, type=["null", "integer"], minimum=1, description="message scale (per producer)"),
              "bootstrap": Param(None, type=["null", "string"],
-                                description="empty: embedded local cluster; else bootstrap servers of an existing cluster")})
+                                description="empty: embedded local cluster; else bootstrap servers of an existing cluster"),
+             "kafka_conn_id": KAFKA_CONN_PARAM})
 def kafka_reliability_manual():
     @task
     def chosen() -> list[str]:

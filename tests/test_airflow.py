@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shutil
 import subprocess
 from datetime import datetime, timezone
@@ -69,9 +70,22 @@ def test_dags_import_with_the_expected_structure(airflow_home):
         tasks["consumer_crash_commit_before.provision"].upstream_task_ids
     manual = bag.get_dag("kafka_reliability_manual")
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
-    assert {"kafka_version", "brokers", "messages", "bootstrap"} <= set(manual.params)
+    assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id"} <= set(manual.params)
     upgrade = bag.get_dag("kafka_upgrade_check")
     assert {"current_version", "candidate_version"} <= set(upgrade.params)
+
+
+def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_home, monkeypatch):
+    dagbag(airflow_home)  # the Airflow settings, including the kafka_default connection
+    module = runpy.run_path(str(REPO / "dags" / "kafka_reliability.py"))
+    existing_cluster = module["existing_cluster"]
+    assert existing_cluster({}) is None  # the embedded local cluster
+    assert existing_cluster({"bootstrap": "k1:9092", "kafka_conn_id": "kafka_default"}) == "k1:9092"
+    assert existing_cluster({"kafka_conn_id": "kafka_default"}) == "localhost:9092"
+    monkeypatch.setenv("AIRFLOW_CONN_KP_NO_SERVERS", '{"conn_type": "kafka", "extra": {"acks": "all"}}')
+    from airflow.sdk.exceptions import AirflowFailException
+    with pytest.raises(AirflowFailException, match="'kp_no_servers': its Extra has no 'bootstrap.servers'"):
+        existing_cluster({"kafka_conn_id": "kp_no_servers"})
 
 
 def dags_test(env: dict, dag_id: str, conf: dict | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:

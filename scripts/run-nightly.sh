@@ -11,8 +11,11 @@ airflow db migrate >/dev/null 2>&1 || airflow db migrate
 airflow pools set kafka_cluster 1 "one Kafka cluster per host" >/dev/null
 started=$(date +%s)
 status=0
+# Progress: each task as it starts, the runs' own progress lines, faults, and the gate's verdict.
 airflow dags test kafka_reliability_nightly 2>&1 | tee "$AIRFLOW_HOME/last-run.log" \
-  | grep --line-buffered -E "kafkaproof\.(runner|faults)|Marking task|summary report|reliability gate|DagRun Finished" \
+  | grep --line-buffered -E "kafkaproof\.(runner|faults)|\[DAG TEST\] starting task_id|new_state=failed|summary report|reliability gate|DagRun Finished" \
+  | sed -u -E -e "s/^([0-9-]+T[0-9:]+)[^ ]* .*\[DAG TEST\] starting task_id=([^ ]+).*/[run] \1 task \2/" \
+              -e "s/.*new_state=failed.*/[run]   (the task above failed; see the full log)/" \
   || true
 grep -q "reliability gate passed" "$AIRFLOW_HOME/last-run.log" || status=1
 echo "[run] finished in $(( $(date +%s) - started ))s; full log: $AIRFLOW_HOME/last-run.log"

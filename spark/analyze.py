@@ -508,8 +508,9 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
 
     From `proxy_events` rows whose phase is `response_dropped` (lost ack),
     `response_replaced` (an error answered after the broker appended) or
-    `response_discarded` (an answer lost when the proxy reset the connection; only
-    those that had arrived carry base offsets): each partition with a base offset
+    `response_discarded` (an answer lost when the proxy reset the connection, or that
+    a latency rule still held back when the client gave up; only those that had
+    arrived carry base offsets): each partition with a base offset
     >= 0 took offsets [base, base + record_count - 1] (only `base` when the count is
     unknown). Rows of other topics are ignored when `topic` is known; a write
     recorded twice is kept once (earliest).
@@ -535,10 +536,13 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
 
 def cause_text(write: Mapping[str, Any]) -> str:
     """Pure: one sentence naming the proxy action behind an attributed anomaly."""
-    what = {"response_dropped": "the fault proxy dropped (lost ack)",
-            "response_replaced": "the fault proxy replaced with an error",
-            "response_discarded": "was discarded when the fault proxy reset the connection"}.get(
-        write["phase"], f"the fault proxy did not deliver ({write['phase']})")
+    if write["phase"] == "response_discarded" and write["action"] == "latency":
+        what = "the fault proxy held back until the client gave up on it (closed the connection)"
+    else:
+        what = {"response_dropped": "the fault proxy dropped (lost ack)",
+                "response_replaced": "the fault proxy replaced with an error",
+                "response_discarded": "was discarded when the fault proxy reset the connection"}.get(
+            write["phase"], f"the fault proxy did not deliver ({write['phase']})")
     return (f"first copy is the write at offsets {write['first_offset']}..{write['last_offset']} (Produce to "
             f"broker {write['broker']}, connection {write['conn']}, correlation id {write['correlation_id']}) "
             f"whose response {what}: fault {write['cause_fault_id']}")

@@ -202,9 +202,9 @@ def test_duplicates_are_attributed_to_the_lost_ack_that_caused_them(runs):
 
 @pytest.mark.unit
 def test_unacknowledged_writes_from_proxy_events():
-    def row(phase, base, counts, topic="t", ts=1, fault="f"):
+    def row(phase, base, counts, topic="t", ts=1, fault="f", action="lost_ack"):
         return {"ts_ns": ts, "fault_id": fault, "rule_id": fault, "broker": 2, "conn": 1, "correlation_id": 9,
-                "action": "lost_ack", "phase": phase, "topic": topic, "partitions": [0, 1],
+                "action": action, "phase": phase, "topic": topic, "partitions": [0, 1],
                 "base_offsets": base, "record_counts": counts}
     writes = job.unacknowledged_writes([
         row("request_forwarded", None, [3, 1]),
@@ -214,14 +214,17 @@ def test_unacknowledged_writes_from_proxy_events():
         row("response_dropped", [99, 99], [1, 1], topic="u"),   # another topic
         row("response_discarded", [30, -1], [2, 1], ts=4),      # answered, lost in the reset behind a lost ack
         row("response_discarded", None, [4, 4], ts=5),          # no answer yet: nothing known to be written
+        row("response_discarded", [40, -1], [1, 1], ts=6, fault="slow", action="latency"),  # held until given up
     ], "t")
     assert [(w["partition"], w["first_offset"], w["last_offset"], w["phase"]) for w in writes] == [
         (0, 10, 12, "response_dropped"), (0, 20, 20, "response_replaced"), (0, 30, 31, "response_discarded"),
-        (1, 5, 5, "response_replaced")]
+        (0, 40, 40, "response_discarded"), (1, 5, 5, "response_replaced")]
     assert "whose response the fault proxy dropped (lost ack): fault f" in job.cause_text(writes[0])
     assert "whose response the fault proxy replaced with an error" in job.cause_text(writes[1])
     assert "whose response was discarded when the fault proxy reset the connection: fault f" in \
         job.cause_text(writes[2])
+    assert "whose response the fault proxy held back until the client gave up on it (closed the connection): " \
+           "fault slow" in job.cause_text(writes[3])
     assert job.unacknowledged_writes([], "t") == []
 
 

@@ -585,6 +585,36 @@ def test_closes_not_caused_by_a_rule_discard_nothing(run: Any) -> None:
     run(scenario())
 
 
+def test_answers_a_latency_rule_still_holds_when_the_client_gives_up_are_reported(run: Any) -> None:
+    async def scenario() -> None:
+        async with stack() as s:
+            held = s.proxy.add_rule({"action": "latency", "api": "produce", "ms": 5000})
+            client = await s.client()
+            await client.send(produce_request(9, {"t": [0]}, records_per_partition=2), 1)
+            await client.send(produce_request(9, {"t": [0]}), 2)
+            await client.send(metadata_request(9, ["t"]), 3)  # not delayed itself, but queued behind them
+            await _until(lambda: len(s.cluster.logs.get(("t", 0), [])) == 2)  # the broker wrote both
+            await client.close()  # the client gives up (as on request.timeout.ms) before the answers come
+            await _until(lambda: len(s.faults(phase="response_discarded")) == 3)
+            discarded = s.faults(phase="response_discarded")
+            assert [(e["correlation_id"], e["rule_id"], e["action"]) for e in discarded] == [
+                (1, held, "latency"), (2, held, "latency"), (3, held, "latency")]
+            assert discarded[0]["detail"] == {"caused_by": "delayed", "response_received": True, "results": [
+                {"topic": "t", "partition": 0, "error_code": 0, "error": "NONE", "base_offset": 0}]}
+            assert discarded[1]["detail"]["results"][0]["base_offset"] == 2
+            assert discarded[2]["api"] == "metadata" and "results" not in discarded[2]["detail"]
+            # Answers the rule already let through are not reported when the connection closes later.
+            s.proxy.remove_rule(held)
+            s.proxy.add_rule({"action": "latency", "api": "produce", "ms": 50})
+            other = await s.client()
+            await other.send(produce_request(9, {"t": [1]}), 1)
+            await other.recv_raw()
+            await other.close()
+            await _until(lambda: len(s.sink.of("conn_close")) == 2)
+            assert len(s.faults(phase="response_discarded")) == 3
+    run(scenario())
+
+
 async def _until(condition: Any, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -122,6 +122,7 @@ class _Request:
     frame: bytes
     expects_response: bool
     head: bytes = b""
+    delayed_by: RuleState | None = None  # the (first) latency rule that held this request or its answer back
     _targets: tuple[kp.TopicPartitions, ...] | None = None
     _targets_error: str | None = None
     _parsed: bool = False
@@ -294,25 +295,49 @@ class _Connection:
                 received = False
             else:
                 continue  # SLOT_DROP/SLOT_RESET: a lost ack, already reported as response_dropped
-            ctx = item.ctx
-            if ctx is None or ctx is torn_request:
+            if item.ctx is None or item.ctx is torn_request:
                 continue
-            detail: dict[str, Any] = {"caused_by": caused_by, "response_received": received}
-            if received:
-                # A broker frame is queued without its length prefix (kept in ``head``);
-                # one the proxy built (rewritten, injected error) carries its prefix.
-                body = item.data if item.head else item.data[4:]
-                results = self._produce_results(ctx.header, body)
-                if results is not None:
-                    detail["results"] = results
-            self.event("fault", ctx, state, phase="response_discarded", detail=detail)
+            self._discarded(item, state, caused_by, received)
+
+    def _report_held_back(self) -> None:
+        """Report the answers a latency rule still held back when the connection closed.
+
+        The client gave up on them (a request timeout) or left; the broker had written
+        what they answer. Answers queued behind a held one were held back by it too.
+        """
+        assert self.down is not None
+        holder: RuleState | None = None
+        for item in self.down.queued():
+            if item.ctx is None:
+                continue
+            holder = item.ctx.delayed_by or holder
+            if holder is not None and item.state in (SLOT_READY, SLOT_PENDING):
+                self._discarded(item, holder, "delayed", item.state == SLOT_READY)
+
+    def _discarded(self, item: Item, state: RuleState, caused_by: str, received: bool) -> None:
+        """One ``response_discarded`` event: with what the broker wrote, when its Produce answer had arrived."""
+        detail: dict[str, Any] = {"caused_by": caused_by, "response_received": received}
+        if received:
+            # A broker frame is queued without its length prefix (kept in ``head``);
+            # one the proxy built (rewritten, injected error) carries its prefix.
+            body = item.data if item.head else item.data[4:]
+            results = self._produce_results(item.ctx.header, body)
+            if results is not None:
+                detail["results"] = results
+        self.event("fault", item.ctx, state, phase="response_discarded", detail=detail)
 
     def close(self, reason: str, rst: bool = False) -> None:
-        """Close both sides (with RST when ``rst``); idempotent."""
+        """Close both sides (with RST when ``rst``); idempotent.
+
+        Every RST close is a rule's reset, which reported what it discarded (``reset``); any
+        other close reports the answers a latency rule was still holding back.
+        """
         if self.closed:
             return
         self.closed = True
         self.close_reason = reason
+        if not rst and self.down is not None:
+            self._report_held_back()
         for sender in (self.up, self.down):
             if sender is not None:
                 sender.flush()
@@ -354,6 +379,8 @@ class _Connection:
             ctx.frame = b""  # the sender holds its own reference; the FIFO needs only the header
             return
         plan = self._plan(ctx, states)
+        if plan.delays:
+            ctx.delayed_by = plan.delays[0][0]
         for state, direction, delay in plan.delays:
             self.event("fault", ctx, state, phase="delayed",
                        detail={"direction": direction, "delay_ms": round(delay * 1000, 3)})

@@ -214,6 +214,26 @@ def test_latency_delays_the_acks_of_the_targeted_partition_only(cluster):
     assert delayed["phase"] == "delayed" and delayed["detail"]["delay_ms"] == 1500.0
 
 
+def test_an_answer_held_back_past_the_client_timeout_is_reported_and_its_write_duplicated(cluster):
+    topic = new_topic(cluster)
+    injector, fault = inject(cluster, topic, "latency", api="produce", ms=5000, count=1)
+    value = f"held-{uuid.uuid4().hex}".encode()
+    try:  # librdkafka's client-side request timeout is socket.timeout.ms: it gives up after 1 s and reconnects
+        reports, requests = produce(cluster.bootstrap_servers(), topic, [(0, value)],
+                                    **{"enable.idempotence": False, "socket.timeout.ms": 1000})
+    finally:
+        injector.heal(fault.fault_id)
+    (report,) = reports
+    assert report["error"] is None and requests[fault.nodes[0]] == 2
+    events = fault_events(cluster, fault.fault_id)
+    assert [e["phase"] for e in events] == ["delayed", "response_discarded"]
+    assert events[1]["detail"]["caused_by"] == "delayed" and events[1]["detail"]["response_received"] is True
+    (result,) = events[1]["detail"]["results"]
+    # the broker wrote the held-back request; the retry wrote it again: the first copy is where the proxy said
+    copies = sorted(o for o, v in log_of(cluster, topic, 0).items() if v == value)
+    assert copies == [result["base_offset"], report["offset"]]
+
+
 def test_bandwidth_paces_the_produce_requests(cluster):
     topic = new_topic(cluster)
     injector, fault = inject(cluster, topic, "proxy_bandwidth", api="produce", bytes_per_s=50_000,

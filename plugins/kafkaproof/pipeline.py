@@ -88,7 +88,8 @@ def run(scenario_path: str, out: str | None = None, cluster_name: str | None = N
     from .runner import RunOptions, ScenarioRun
     scn = load(scenario_path)
     options = RunOptions(out=Path(out) if out else runs_dir(), messages=messages, kafka_version=kafka_version,
-                         brokers=brokers, bootstrap=bootstrap, cluster_name=cluster_name, attach=bool(cluster_name and not bootstrap))
+                         brokers=brokers, bootstrap=bootstrap, cluster_name=cluster_name,
+                         attach=bool(cluster_name and not bootstrap))
     result = ScenarioRun(scn, options).execute()
     return {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status, "error": result.error,
             "scenario": scn.name}

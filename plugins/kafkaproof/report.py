@@ -838,8 +838,8 @@ def attribution_text(metrics: Mapping[str, Any] | None, kind: str) -> str | None
     if not k or not att.get("unacknowledged_writes"):
         return None
     faults = ", ".join(f"{fmt_int(n)} by fault {f}" for f, n in sorted(k.get("by_fault", {}).items()))
-    return (f"Caused by a write the client never heard of (the fault proxy dropped or replaced its Produce "
-            f"response; {fmt_int(att['unacknowledged_writes'])} such writes, "
+    return (f"Caused by a write the client never heard of (the fault proxy dropped, replaced, held back or "
+            f"lost in a reset its Produce response; {fmt_int(att['unacknowledged_writes'])} such writes, "
             f"{fmt_int(att.get('unacknowledged_records'))} records): {faults or 'none'}; "
             f"not explained by a proxy action: {fmt_int(k.get('unattributed', 0))}.")
 

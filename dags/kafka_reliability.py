@@ -15,9 +15,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from kafkaproof import pipeline
 from kafkaproof.analysis import spark_conf
-from kafkaproof.errors import ScenarioError
 from kafkaproof.install import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
-from kafkaproof.scenario import MAX_BROKERS, load
+from kafkaproof.scenario import MAX_BROKERS
 
 REPO = Path(__file__).resolve().parent.parent
 ANALYZE_APP = str(REPO / "spark" / "analyze.py")
@@ -72,11 +71,10 @@ def scenario_group(scenario_name: str, scenario_path: str):
         def provision() -> dict:
             params = get_current_context()["params"]
             bootstrap = existing_cluster(params)
-            try:  # a scenario that cannot take the overrides: an error verdict that says why
-                load(scenario_path).with_overrides(params.get("messages"), params.get("kafka_version"),
-                                                   params.get("brokers"), bootstrap)
-            except ScenarioError as e:
-                return {"cluster": None, "bootstrap": None, "error": str(e)}
+            refused = pipeline.override_error(scenario_path, params.get("messages"), params.get("kafka_version"),
+                                              params.get("brokers"), bootstrap)
+            if refused:  # an error verdict that says why, and no cluster
+                return {"cluster": None, "bootstrap": None, "error": refused}
             if bootstrap:
                 return {"cluster": None, "bootstrap": bootstrap}
             name = pipeline.cluster_name_for(_batch_id(), gid)

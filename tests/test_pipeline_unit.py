@@ -103,6 +103,9 @@ def test_a_scenario_that_cannot_take_the_overrides_is_an_error_summary_before_an
     assert "topic.replication_factor: 3 is more than the 1 broker(s)" in summary["error"]
     ok, problems = pipeline.gate([summary])
     assert not ok and "replication_factor" in problems[0]
+    # the same check the nightly DAG's provision task makes
+    assert pipeline.override_error(str(tmp_path / "s.yaml")) is None
+    assert "1 broker(s)" in pipeline.override_error(str(tmp_path / "s.yaml"), brokers=1)
 
 
 def test_regression_baseline_is_runs_of_the_same_configuration(tmp_path):

@@ -69,6 +69,19 @@ def wait_for_exclusive_host(own: str, timeout_s: float = 1800) -> None:
         time.sleep(5)
 
 
+def override_error(scenario_path: str, messages: int | None = None, kafka_version: str | None = None,
+                   brokers: int | None = None, bootstrap: str | None = None) -> str | None:
+    """Why the scenario cannot take a run's overrides (naming the file and field), or None if it can.
+
+    Checked before anything starts; the caller turns a refusal into an error verdict.
+    """
+    try:
+        load(scenario_path).with_overrides(messages, kafka_version, brokers, bootstrap)
+    except ScenarioError as e:
+        return str(e)
+    return None
+
+
 def provision(scenario_path: str, cluster_name: str, kafka_version: str | None = None,
               brokers: int | None = None) -> dict:
     """Start the local cluster a scenario asks for (with the run's overrides); returns its status."""
@@ -242,10 +255,9 @@ def run_pipeline(scenario: str, batch_id: str, kafka_version: str | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None) -> dict:
     """Every step for one scenario in one call (for mapped Airflow tasks and the CLI); always tears down."""
     (scn,) = suite(names=[scenario])
-    try:
-        scn.with_overrides(messages, kafka_version, brokers, bootstrap)  # checked before anything starts
-    except ScenarioError as e:
-        return {**summarize(None, scenario, batch_id, error=str(e)), "label": label}
+    refused = override_error(scn.path, messages, kafka_version, brokers, bootstrap)
+    if refused:
+        return {**summarize(None, scenario, batch_id, error=refused), "label": label}
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
     try:
         if cluster:

@@ -134,3 +134,38 @@ def test_cli_bad_input_before_anything_starts(tmp_path, monkeypatch):
     assert r.returncode == 2 and "unknown fault kind 'explode'" in r.stderr
     r = kafkaproof("cluster", "up", "--config", "novalue")
     assert r.returncode == 2 and "expected key=value" in r.stderr
+
+
+def test_create_topic_asks_again_after_a_local_client_error():
+    from concurrent.futures import Future
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from kafkaproof.cluster import LocalCluster, kafka_error_name
+
+    def failing(code):
+        f = Future()
+        f.set_exception(KafkaException(KafkaError(code)))
+        return f
+
+    class Admin:
+        def __init__(self, answers):
+            self.answers, self.calls = list(answers), 0
+
+        def create_topics(self, new_topics, request_timeout):
+            self.calls += 1
+            return {new_topics[0].topic: self.answers.pop(0)}
+
+    cluster = object.__new__(LocalCluster)
+    cluster.partitions = lambda topic: {0: {"leader": 1}}
+    # the first request was retired with its broker handle; the retry finds the topic the first one created
+    cluster._admin = Admin([failing(KafkaError._DESTROY_BROKER), failing(KafkaError.TOPIC_ALREADY_EXISTS)])
+    cluster.admin = lambda: cluster._admin
+    cluster.create_topic("t", 1, 1, timeout_s=5)
+    assert cluster._admin.calls == 2
+    # a broker's refusal is not retried, and "already exists" on a first attempt is an error
+    cluster._admin = Admin([failing(KafkaError.TOPIC_ALREADY_EXISTS)])
+    with pytest.raises(ClusterError, match="TOPIC_ALREADY_EXISTS"):
+        cluster.create_topic("t", 1, 1, timeout_s=5)
+    assert cluster._admin.calls == 1
+    assert kafka_error_name(ValueError("x")) is None

@@ -43,6 +43,17 @@ from .process import ProcessRef
 
 log = logging.getLogger(__name__)
 
+# Errors librdkafka raises without the request having been answered by a broker: it retired
+# the broker handle the request was queued on (e.g. a bootstrap handle replaced by the broker
+# it turned out to be), or the connection dropped. Safe to send an admin request again.
+LOCAL_RETRIABLE_ERRORS = frozenset({"_DESTROY_BROKER", "_TRANSPORT"})
+
+
+def kafka_error_name(exc: BaseException) -> str | None:
+    """Pure: the KafkaError name carried by a confluent-kafka exception (e.g. `_DESTROY_BROKER`), else None."""
+    err = exc.args[0] if exc.args else None
+    return err.name() if hasattr(err, "name") and callable(err.name) else None
+
 CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT = 9092, 9093, 9094
 LOOPBACK_PORT_BASE = 20000
 CONTROLLER_ID_BASE = 100
@@ -716,17 +727,33 @@ class LocalCluster:
     # --- topics ---------------------------------------------------------------
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
                      config: Mapping[str, Any] | None = None, timeout_s: float = 30.0) -> None:
-        """Create a topic and wait until every partition has a leader."""
+        """Create a topic and wait until every partition has a leader.
+
+        A request librdkafka failed locally (see LOCAL_RETRIABLE_ERRORS) is sent again; on such a
+        retry, "already exists" means the first attempt did reach the controller.
+        """
         from confluent_kafka.admin import NewTopic
         cfg = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (config or {}).items()}
-        fut = self.admin().create_topics([NewTopic(topic, num_partitions=partitions,
-                                                   replication_factor=replication_factor, config=cfg)],
-                                          request_timeout=timeout_s)[topic]
-        try:
-            fut.result(timeout=timeout_s)
-        except Exception as e:
-            raise ClusterError(f"creating topic {topic!r} (partitions={partitions}, RF={replication_factor}, "
-                               f"config={cfg}) failed: {e}") from e
+        give_up = time.monotonic() + timeout_s
+        retried = False
+        while True:
+            fut = self.admin().create_topics([NewTopic(topic, num_partitions=partitions,
+                                                       replication_factor=replication_factor, config=cfg)],
+                                              request_timeout=timeout_s)[topic]
+            try:
+                fut.result(timeout=timeout_s)
+                break
+            except Exception as e:
+                name = kafka_error_name(e)
+                if retried and name == "TOPIC_ALREADY_EXISTS":
+                    break
+                if name in LOCAL_RETRIABLE_ERRORS and time.monotonic() < give_up:
+                    log.info("creating topic %r: %s; asking again", topic, e)
+                    retried = True
+                    time.sleep(0.5)
+                    continue
+                raise ClusterError(f"creating topic {topic!r} (partitions={partitions}, RF={replication_factor}, "
+                                   f"config={cfg}) failed: {e}") from e
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:

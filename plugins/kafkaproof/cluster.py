@@ -775,7 +775,8 @@ class LocalCluster:
                 cfg = self.admin().describe_configs([res])[res].result(timeout=10)
                 break
             except Exception as e:
-                if "UNKNOWN_TOPIC_OR_PART" not in str(e) or time.monotonic() > deadline:
+                transient = "UNKNOWN_TOPIC_OR_PART" in str(e) or kafka_error_name(e) in LOCAL_RETRIABLE_ERRORS
+                if not transient or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
         return {"topic": topic, "partitions": self.partitions(topic),

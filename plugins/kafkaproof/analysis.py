@@ -7,16 +7,19 @@ command to the Airflow DAG's SparkSubmitOperator.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from . import process, procs
 from .errors import AnalysisError, LedgerError
 
 log = logging.getLogger(__name__)
@@ -103,14 +106,42 @@ def spark_env(base: Mapping[str, str] | None = None, master: str = DEFAULT_MASTE
     return env
 
 
+def die_with_parent(argv: list[str]) -> list[str]:
+    """Prefix `argv` so the program gets SIGKILL when this process dies (util-linux `setpriv --pdeathsig`).
+
+    Only from the main thread: the kernel signals when the *thread* that started the child ends.
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv and threading.current_thread() is threading.main_thread():
+        return [setpriv, "--pdeathsig", "KILL", "--", *argv]
+    return argv
+
+
 def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
     log.info("running %s", " ".join(argv))
     tail: deque[str] = deque(maxlen=STDERR_TAIL)
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(die_with_parent(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=spark_env(master=master), bufsize=1)
     except OSError as exc:
         raise AnalysisError(f"could not start {argv[0]}: {exc}") from exc
+    owner = f"spark-{os.getpid()}-{proc.pid}"
+    with contextlib.suppress(Exception):  # recorded so `cluster down --all` stops a driver whose caller crashed
+        procs.register(owner, "spark-submit", process.ref_for(proc.pid), command=argv)
+    try:
+        _stream(proc, tail, quiet)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        procs.unregister(owner)
+    code = proc.returncode
+    if code != 0:
+        raise AnalysisError(f"spark-submit exited with {code}; last output:\n" + "\n".join(tail))
+
+
+def _stream(proc: subprocess.Popen, tail: deque, quiet: bool) -> None:
+    """Log the job's output as it comes: its own [analyze] lines at INFO, Spark's at DEBUG."""
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip("\n")
@@ -120,9 +151,7 @@ def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
             (log.debug if quiet else log.info)("%s", line)
         else:
             log.debug("%s", line)
-    code = proc.wait()
-    if code != 0:
-        raise AnalysisError(f"spark-submit exited with {code}; last output:\n" + "\n".join(tail))
+    proc.wait()
 
 
 def read_metrics(run_dir: Path) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import logs, network, process, state
+from . import logs, network, process, procs, state
 from .errors import ClusterError, ClusterNotRunning, FaultError
 from .install import DEFAULT_KAFKA_VERSION, KafkaDistribution, ensure_kafka
 from .process import ProcessRef
@@ -338,6 +338,7 @@ class LocalCluster:
             st = state.load_state(self.name)
         except ClusterNotRunning:
             return
+        procs.stop_for_cluster(self.name)  # the workers of a run that crashed against this cluster
         try:
             heal_all(self, restart_nodes=False)
         except Exception as e:  # keep tearing down; report at the end
@@ -830,7 +831,9 @@ def _choose_network(mode: str) -> bool:
 
 
 def down_all() -> list[str]:
-    """Tear down every cluster with a state file, and any stray kafkaproof namespaces."""
+    """Tear down every cluster with a state file, any stray kafkaproof namespaces, and every process a
+    crashed run or analysis left (its workers, its Spark driver)."""
+    procs.stop_all()
     names = state.list_clusters()
     for name in names:
         LocalCluster.attach(name).down()

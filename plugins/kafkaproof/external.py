@@ -23,7 +23,7 @@ import socket
 import time
 from typing import Any
 
-from . import logs, process, state
+from . import logs, process, procs, state
 from .cluster import LocalCluster
 from .errors import ClusterError, ClusterNotRunning, FaultError
 from .process import ProcessRef
@@ -129,6 +129,7 @@ class ExternalCluster(LocalCluster):
             st = state.load_state(self.name)
         except ClusterNotRunning:
             return
+        procs.stop_for_cluster(self.name)  # the workers of a run that crashed against this cluster
         try:
             heal_all(self, restart_nodes=False)
         except Exception as e:  # keep tearing down; the proxies go anyway

@@ -169,3 +169,20 @@ def test_create_topic_asks_again_after_a_local_client_error():
         cluster.create_topic("t", 1, 1, timeout_s=5)
     assert cluster._admin.calls == 1
     assert kafka_error_name(ValueError("x")) is None
+
+
+def test_drop_rules_count_what_they_drop():
+    script = network.nft_ruleset("kp_x", ["ip saddr { 10.77.1.6 } drop"], ['oifname "eth0" numgen random mod 10000 < 1250 drop'])
+    assert "ip saddr { 10.77.1.6 } counter drop" in script
+    assert 'numgen random mod 10000 < 1250 counter drop' in script
+    doc = {"nftables": [{"metainfo": {}}, {"table": {"name": "kp_x"}},
+                        {"rule": {"expr": [{"match": {}}, {"counter": {"packets": 7, "bytes": 700}}, {"drop": None}]}},
+                        {"rule": {"expr": [{"counter": {"packets": 3, "bytes": 30}}, {"drop": None}]}}]}
+    import json
+    assert network.counters_from_json(json.dumps(doc)) == {"packets": 10, "bytes": 730}
+
+
+def test_token_bucket_stats():
+    import json
+    doc = [{"kind": "tbf", "overlimits": 40, "drops": 2}, {"kind": "noqueue", "overlimits": 99, "drops": 9}]
+    assert network.qdisc_stats_from_json(json.dumps(doc)) == {"overlimits": 40, "dropped": 2}

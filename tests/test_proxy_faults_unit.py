@@ -215,7 +215,7 @@ def test_ledger_tables_stay_compatible(tmp_path):
     pq.write_table(pa.table({"ts_ns": [1], "partitions": [[0]]}, schema=pa.schema(
         [before_counts.field("ts_ns"), before_counts.field("partitions")])), older / "proxy_events.parquet")
     assert ledger.read_table(older, "proxy_events").column("record_counts").to_pylist() == [None]
-    assert [f.name for f in ledger.FAULTS][-2:] == ["proxy_rule", "proxy_fired"], "new columns go last"
+    assert [f.name for f in ledger.FAULTS][-3:] == ["proxy_rule", "proxy_fired", "effect"], "new columns go last"
 
 
 def test_fault_rows_keep_the_rule_and_how_often_it_fired(tmp_path):

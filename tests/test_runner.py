@@ -123,3 +123,24 @@ def test_interrupted_run_tears_down_and_is_incomplete(tmp_path):
     if network.namespaces_supported():
         assert not [ns for ns in network.list_kafkaproof_namespaces()
                     if any(ns == n["namespace"] for n in manifest["cluster"]["nodes"])]
+
+
+def test_aborted_transactions_really_write_their_records(tmp_path):
+    """An aborted transaction's records sit in the log between markers: the read_uncommitted drain
+    returns them, the read_committed drain and a read_committed consumer never do."""
+    path = scenario_file(tmp_path, name="t-txn", topic={"partitions": 1, "replication_factor": 3},
+                         producers={"rate": 400, "messages": 1000, "start_after_s": 1,
+                                    "transactions": {"batch": 50, "abort_probability": 0.5},
+                                    "config": {"acks": "all", "enable.idempotence": True}},
+                         consumers={"count": 1, "commit": "sync", "isolation_level": "read_committed"})
+    result = run(path, tmp_path / "runs")
+    assert result.status == "complete", result.error
+    sends, audit, reads = (table(result.run_dir, n) for n in ("sends", "audit", "reads"))
+    aborted = set(sends[sends["txn_outcome"] == "abort"]["value_id"])
+    committed = set(sends[sends["txn_outcome"] == "commit"]["value_id"])
+    assert aborted and committed
+    uncommitted_log = set(audit[audit["isolation"] == "read_uncommitted"]["value_id"])
+    committed_log = set(audit[audit["isolation"] == "read_committed"]["value_id"])
+    assert aborted <= uncommitted_log, "aborted records were written before the abort"
+    assert not aborted & committed_log and committed <= committed_log
+    assert not aborted & set(reads["value_id"]) and committed <= set(reads["value_id"])

@@ -74,3 +74,45 @@ def test_audit_summary_is_keyed_by_partition():
     assert audit_summary(marks) == {"partitions": {"0": {"low": 0, "high": 10, "complete": False,
                                                          "read_read_uncommitted": 10, "read_read_committed": 7}},
                                     "isolations": ["read_committed", "read_uncommitted"]}
+
+
+def test_acks0_offsets_never_reach_the_ledger(tmp_path):
+    vid = [ledger.make_value_id(0, s) for s in range(2)]
+    _write(tmp_path / "producer-0.sends.arrow", SEND_STREAM, [(vid[s], 0, 99, s, None, 10 + s, 11 + s, None) for s in range(2)])
+    # librdkafka's acks=0 reports: offsets counted from 0 per batch, assigned by no broker
+    _write(tmp_path / "producer-0.completions.arrow", COMPLETION_STREAM, [(vid[0], 20, 0, 0, None, None),
+                                                                          (vid[1], 21, 0, 1, None, None)])
+    _write(tmp_path / "producer-0.txns.arrow", TXN_STREAM, [])
+    table = assemble_sends(tmp_path, 1, set(), offsets_from_broker=False)
+    assert table.column("outcome").to_pylist() == ["ok", "ok"]
+    assert table.column("offset").to_pylist() == [None, None]
+
+
+def test_fault_rows_carry_what_each_fault_did(tmp_path):
+    log = tmp_path / "faults.jsonl"
+    events = [{"event": "inject", "fault_id": "a", "kind": "isolate", "target": "node:1", "nodes": [1],
+               "params": {}, "mono_ns": 5, "wall": "w1", "effect": {}, "annotations": {"scenario_index": 2}},
+              {"event": "heal", "fault_id": "a", "kind": "isolate", "target": "node:1", "nodes": [1],
+               "params": {}, "mono_ns": 9, "wall": "w2", "dropped_packets": 12, "dropped_bytes": 900}]
+    log.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    (row,) = fault_rows(log)
+    assert json.loads(row["effect"]) == {"scenario_index": 2, "dropped_packets": 12, "dropped_bytes": 900}
+
+
+def test_worker_events_wake_a_trigger_on_the_next_commit():
+    import socket
+    import threading
+    from kafkaproof.runner import WorkerEvents
+    events = WorkerEvents()
+    try:
+        stop = threading.Event()
+        host, port = events.address.split(":")
+        seen = events.count("commit", 0)
+        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        threading.Timer(0.2, lambda: sender.sendto(
+            json.dumps({"consumer": 0, "event": "commit"}).encode(), (host, int(port)))).start()
+        assert events.wait_next("commit", 0, seen, timeout_s=5, stop=stop)
+        assert events.count("commit", 0) == seen + 1
+        assert not events.wait_next("commit", 1, 0, timeout_s=0.3, stop=stop)
+    finally:
+        events.close()

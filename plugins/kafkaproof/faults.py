@@ -43,7 +43,7 @@ _NUM = (int, float)
 # Request filters of every proxy fault (docs/proxy.md "Rules"), and the random draw/limit.
 _PROXY_MATCH = {"api": ((str, int, list), False), "topic": (str, False), "partitions": ((int, list), False),
                 "client_id": (str, False)}
-_PROXY_DRAW = {"probability": (_NUM, False), "count": (int, False)}
+_PROXY_DRAW = {"probability": (_NUM, False), "every": (int, False), "count": (int, False)}
 # Proxy rule action of each proxy fault kind (`bandwidth` is taken by the tc fault).
 PROXY_ACTIONS = {"lost_ack": "lost_ack", "error": "error", "latency": "latency", "proxy_bandwidth": "bandwidth",
                  "reset": "reset", "blackhole": "blackhole"}
@@ -365,8 +365,14 @@ class FaultInjector:
                 raise FaultError(f"node {i} has no fault proxy (target {target!r}); proxied brokers: {proxied}")
         return ids
 
-    def inject(self, spec: FaultSpec) -> ActiveFault:
-        """Resolve the target, apply the fault, record it; returns the active fault."""
+    def inject(self, spec: FaultSpec, annotations: Mapping[str, Any] | None = None) -> ActiveFault:
+        """Resolve the target, apply the fault, record it; returns the active fault.
+
+        `annotations` (e.g. the trigger the fault waited for) go into the fault log's inject record.
+        The record's `effect` says what the injection observably did (node states after a kill,
+        new processes after a restart); the heal record adds what the fault held back while active
+        (packets its nft rules dropped, what its token buckets delayed, how often its proxy rule fired).
+        """
         spec.validate()
         st = self.cluster.state()
         if spec.is_network and st["network"] != "netns":
@@ -388,19 +394,24 @@ class FaultInjector:
         table = "kp_" + fault_id.replace("-", "_")
         start_ns, start_wall = now()
 
+        effect: dict[str, Any] = {}
         if spec.kind in ("kill", "stop"):
             for n in nodes:
                 self.cluster.stop_node(n, graceful=spec.kind == "stop", timeout_s=float(params.get("timeout_s", 30)))
             heal = {"restart": nodes}
+            effect["node_states"] = {str(n): self.cluster.node_state(n) for n in nodes}
         elif spec.kind == "pause":
             for n in nodes:
                 self.cluster.signal_node(n, signal.SIGSTOP)
             heal = {"resume": nodes}
+            effect["node_states"] = {str(n): self.cluster.node_state(n) for n in nodes}
         elif spec.kind == "restart":
+            before = {n: self.cluster.node_ref(n) for n in nodes}
             for n in nodes:
                 self.cluster.stop_node(n, graceful=bool(params.get("graceful", True)))
                 self.cluster.start_node(n)
             heal = {}
+            effect["restarted"] = {str(n): before[n] is None or self.cluster.node_ref(n) != before[n] for n in nodes}
         elif spec.is_proxy:
             rule = proxy_rule(spec, fault_id)
             added: list[list] = []
@@ -438,7 +449,8 @@ class FaultInjector:
         with state.update_state(self.cluster.name) as s:
             s["faults"].append(fault.to_json())
         self.injected.append(fault_id)
-        self._log("inject", fault.to_json(), start_ns, start_wall)
+        self._log("inject", fault.to_json(), start_ns, start_wall,
+                  {"effect": effect, **({"annotations": dict(annotations)} if annotations else {})})
         log.info("fault %s: %s on %s -> nodes %s %s", fault_id, spec.kind, spec.target or "-", nodes, params or "")
         if spec.kind == "restart":
             self.heal(fault_id)
@@ -486,7 +498,7 @@ class FaultInjector:
         if fault_id in self.injected:
             self.injected.remove(fault_id)
         self._log("heal", fault, heal_ns, heal_wall, stats)
-        log.info("healed %s%s", fault_id, f" (proxy rule fired {stats['proxy_fired']} times)" if stats else "")
+        log.info("healed %s%s", fault_id, f" ({', '.join(f'{k}={v}' for k, v in sorted(stats.items()))})" if stats else "")
 
     def _log(self, event: str, fault: dict, mono_ns: int, wall: str, extra: dict | None = None) -> None:
         record = {"event": event, "fault_id": fault["fault_id"], "kind": fault["kind"], "target": fault["target"],
@@ -535,13 +547,25 @@ def _remove_proxy_rules(cluster, pairs: list) -> dict[str, int]:
 
 
 def _apply_heal(cluster, heal: dict, restart_nodes: bool) -> dict | None:
-    """Undo a fault's effects; returns the proxy rule counters for proxy faults, else None."""
+    """Undo a fault's effects; returns what the fault did while active (proxy rule, nft and tc counters), or None."""
     errors = []
     stats = _remove_proxy_rules(cluster, heal["proxy_rules"]) if heal.get("proxy_rules") else None
-    for ns, table in heal.get("nft", []):
-        network.nft_delete_table(ns, table)
-    for link in heal.get("tc", []):
-        network.tc_clear(network.NodeLink.from_json(link))
+    if heal.get("nft"):
+        dropped = {"dropped_packets": 0, "dropped_bytes": 0}
+        for ns, table in heal["nft"]:
+            counters = network.nft_dropped(ns, table)
+            dropped["dropped_packets"] += counters.get("packets", 0)
+            dropped["dropped_bytes"] += counters.get("bytes", 0)
+            network.nft_delete_table(ns, table)
+        stats = {**(stats or {}), **dropped}
+    if heal.get("tc"):
+        held = {"tbf_overlimits": 0, "tbf_dropped": 0}
+        for link in heal["tc"]:
+            tc = network.tc_stats(network.NodeLink.from_json(link))
+            held["tbf_overlimits"] += tc["overlimits"]
+            held["tbf_dropped"] += tc["dropped"]
+            network.tc_clear(network.NodeLink.from_json(link))
+        stats = {**(stats or {}), **held}
     for nid in heal.get("resume", []):
         ref = cluster.node_ref(nid)
         if process.state_of(ref) == "paused":

@@ -82,6 +82,9 @@ FAULTS = pa.schema([
     # Proxy faults only (null otherwise); appended last so older readers keep working.
     ("proxy_rule", pa.string()),
     ("proxy_fired", pa.int64()),
+    # JSON: what the fault observably did (node states after injection, packets dropped, proxy
+    # rule fired, the trigger it waited for); the analysis checks it took effect.
+    ("effect", pa.string()),
 ])
 
 # One row per action the fault proxies took on a request (their `fault` events).

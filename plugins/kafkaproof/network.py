@@ -125,15 +125,20 @@ def netns_prefix(namespace: str | None) -> list[str]:
 
 # --- nftables ---------------------------------------------------------------
 
+def with_counter(rule: str) -> str:
+    """Pure: a drop rule that also counts what it dropped (the heal reads it: did the fault take effect?)."""
+    return rule[: -len("drop")] + "counter drop" if rule.endswith(" drop") and "counter" not in rule else rule
+
+
 def nft_ruleset(table: str, input_rules: list[str], output_rules: list[str]) -> str:
-    """Pure: an nft script creating `table` with filter chains holding the given rules."""
+    """Pure: an nft script creating `table` with filter chains holding the given rules (each counting its drops)."""
     if not NFT_TABLE_RE.match(table):
         raise FaultError(f"bad nft table name {table!r}")
     lines = [f"table inet {table} {{",
              "  chain input { type filter hook input priority -10; policy accept;"]
-    lines += [f"    {r}" for r in input_rules]
+    lines += [f"    {with_counter(r)}" for r in input_rules]
     lines += ["  }", "  chain output { type filter hook output priority -10; policy accept;"]
-    lines += [f"    {r}" for r in output_rules]
+    lines += [f"    {with_counter(r)}" for r in output_rules]
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
 
@@ -154,6 +159,30 @@ def nft_delete_table(namespace: str, table: str) -> None:
     if not NFT_TABLE_RE.match(table):
         raise FaultError(f"refusing to delete nft table {table!r}: not created by kafkaproof")
     run(["ip", "netns", "exec", namespace, "nft", "delete", "table", "inet", table], check=False)
+
+
+def nft_dropped(namespace: str, table: str) -> dict[str, int]:
+    """Packets and bytes the counters of one of our tables dropped so far ({} if the table is gone)."""
+    _check_name(namespace)
+    if not NFT_TABLE_RE.match(table):
+        raise FaultError(f"refusing to read nft table {table!r}: not created by kafkaproof")
+    proc = run(["ip", "netns", "exec", namespace, "nft", "-j", "list", "table", "inet", table], check=False)
+    if proc.returncode != 0:
+        return {}
+    return counters_from_json(proc.stdout)
+
+
+def counters_from_json(text: str) -> dict[str, int]:
+    """Pure: summed `counter` packets/bytes of an `nft -j list table` document."""
+    import json
+    packets = bytes_ = 0
+    for item in json.loads(text).get("nftables", []):
+        for expr in (item.get("rule") or {}).get("expr", []):
+            counter = expr.get("counter") if isinstance(expr, dict) else None
+            if counter:
+                packets += int(counter.get("packets", 0))
+                bytes_ += int(counter.get("bytes", 0))
+    return {"packets": packets, "bytes": bytes_}
 
 
 def nft_tables(namespace: str) -> list[str]:
@@ -179,6 +208,30 @@ def tc_limit(link: NodeLink, rate_kbit: int) -> None:
     args = tbf_args(rate_kbit)
     run(["ip", "netns", "exec", link.namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", *args])
     run(["tc", "qdisc", "replace", "dev", link.veth_host, "root", *args])
+
+
+def tc_stats(link: NodeLink) -> dict[str, int]:
+    """What our token buckets on a node's link held back so far: overlimits and drops, summed over both ends."""
+    _check_name(link.namespace)
+    total = {"overlimits": 0, "dropped": 0}
+    for cmd in (["ip", "netns", "exec", link.namespace, "tc", "-s", "-j", "qdisc", "show", "dev", "eth0"],
+                ["tc", "-s", "-j", "qdisc", "show", "dev", link.veth_host]):
+        proc = run(cmd, check=False)
+        if proc.returncode == 0:
+            for k, v in qdisc_stats_from_json(proc.stdout).items():
+                total[k] += v
+    return total
+
+
+def qdisc_stats_from_json(text: str) -> dict[str, int]:
+    """Pure: overlimits and drops of the tbf qdiscs in a `tc -s -j qdisc show` document."""
+    import json
+    out = {"overlimits": 0, "dropped": 0}
+    for q in json.loads(text or "[]"):
+        if q.get("kind") == "tbf":
+            out["overlimits"] += int(q.get("overlimits", 0))
+            out["dropped"] += int(q.get("drops", 0))
+    return out
 
 
 def tc_clear(link: NodeLink) -> None:

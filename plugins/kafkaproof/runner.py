@@ -28,7 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import __version__, ledger
+from . import __version__, ledger, process, procs
+from .clients import (ClientConfigError, apply_overrides, effective_clients, environment_overrides,
+                      producer_settings)
 from .cluster import ClusterConfig, LocalCluster
 from .errors import ClusterError, FaultError, KafkaproofError
 from .faults import FaultInjector, append_fault_log, now
@@ -85,12 +87,73 @@ def versions(kafka_version: str | None) -> dict[str, str | None]:
 
 # --- worker processes ------------------------------------------------------------
 
-class Workers:
-    """Producer and consumer OS processes of one run; kills them all on close."""
+class WorkerEvents:
+    """Events the workers report as they happen (one UDP datagram each, on loopback): what triggers wait for.
 
-    def __init__(self, work: Path, base_spec: dict):
+    Consumers report each successful commit; a fault with `after: {event: consumer_commit}`
+    is injected the moment the next one arrives, while that consumer processes its batch.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.counts: dict[tuple[str, int], int] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="worker-events", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._closed:
+            try:
+                data = self.sock.recv(4096)
+            except (socket.timeout, OSError):
+                continue
+            try:
+                event = json.loads(data)
+                key = (str(event["event"]), int(event["consumer"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+            with self._cond:
+                self.counts[key] = self.counts.get(key, 0) + 1
+                self._cond.notify_all()
+
+    def count(self, event: str, consumer: int) -> int:
+        with self._cond:
+            return self.counts.get((event, consumer), 0)
+
+    def wait_next(self, event: str, consumer: int, seen: int, timeout_s: float, stop: threading.Event) -> bool:
+        """Wait until more than `seen` such events arrived; False on timeout or stop."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self.counts.get((event, consumer), 0) <= seen:
+                left = deadline - time.monotonic()
+                if left <= 0 or stop.is_set():
+                    return False
+                self._cond.wait(min(left, 0.1))
+        return True
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+class Workers:
+    """Producer and consumer OS processes of one run; kills them all on close.
+
+    Each worker is recorded in the process registry (`procs.py`) before anything relies on it and
+    watches this process: if the runner dies, its workers stop within a second, and
+    `kafkaproof cluster down --all` (or the teardown of the cluster they ran against) stops
+    whatever is left.
+    """
+
+    def __init__(self, work: Path, base_spec: dict, owner: str, cluster: str | None = None):
         self.work = work
-        self.base = base_spec
+        self.base = {**base_spec, "parent_pid": os.getpid()}
+        self.owner, self.cluster = owner, cluster
         self.producers: dict[int, subprocess.Popen] = {}
         self.consumers: dict[int, subprocess.Popen] = {}
         self.incarnations: dict[int, int] = {}
@@ -100,10 +163,14 @@ class Workers:
         path = self.work / f"{name}.spec.json"
         path.write_text(json.dumps(spec))
         errf = open(self.work / f"{name}.stderr.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "kafkaproof.workload", role, str(path)],
-                                stdout=errf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work,
+        cmd = [sys.executable, "-m", "kafkaproof.workload", role, str(path)]
+        proc = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work,
                                 start_new_session=True)
         errf.close()
+        try:
+            procs.register(self.owner, name, process.ref_for(proc.pid), cluster=self.cluster, command=cmd)
+        except FaultError:
+            pass  # it died at once; its exit code tells
         return proc
 
     def start_producer(self, index: int, spec: dict) -> None:
@@ -143,13 +210,14 @@ class Workers:
         _wait_all(self.consumers.values(), timeout_s)
 
     def kill_all(self) -> None:
-        procs = list(self.producers.values()) + list(self.consumers.values())
-        for proc in procs:
+        procs_ = list(self.producers.values()) + list(self.consumers.values())
+        for proc in procs_:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGCONT)
                     proc.terminate()
-        _wait_all(procs, 10.0)
+        _wait_all(procs_, 10.0)
+        procs.unregister(self.owner)
 
     def consumer_positions(self) -> dict[int, int]:
         """Highest next-fetch position per partition over the current consumer processes."""
@@ -297,8 +365,12 @@ def audit_summary(marks_by_isolation: dict[str, dict]) -> dict:
 
 # --- assembling the ledger -------------------------------------------------------
 
-def assemble_sends(work: Path, producers: int, audit_value_ids: set[int]) -> pa.Table:
-    """Join each producer's send and completion streams into ledger `sends` rows."""
+def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offsets_from_broker: bool = True) -> pa.Table:
+    """Join each producer's send and completion streams into ledger `sends` rows.
+
+    Without `offsets_from_broker` (acks=0: no broker assigned the offsets in the delivery
+    reports) every offset is null: the ledger never records an offset no broker confirmed.
+    """
     import pandas as pd
     frames = []
     for i in range(producers):
@@ -320,6 +392,8 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int]) -> pa.
         df["outcome"] = [classify_delivery(None if pd.isna(n) else n, int(p)) if not pd.isna(ts) else "indefinite"
                          for n, p, ts in zip(df["error_name"], df["partition"], df["complete_ns"])]
         df.loc[df["outcome"] != "ok", "offset"] = None
+        if not offsets_from_broker:
+            df["offset"] = None
         if len(t):
             df = df.merge(t[["txn_id", "txn_outcome"]], on="txn_id", how="left")
         else:
@@ -347,6 +421,7 @@ def fault_rows(fault_log: Path) -> list[dict]:
     if not fault_log.exists():
         return []
     rows: dict[str, dict] = {}
+    effects: dict[str, dict] = {}
     for line in fault_log.read_text().splitlines():
         e = json.loads(line)
         if e["event"] == "inject":
@@ -355,11 +430,20 @@ def fault_rows(fault_log: Path) -> list[dict]:
                                    "start_ns": e["mono_ns"], "start_wall": e["wall"], "heal_ns": None, "heal_wall": None,
                                    "proxy_rule": json.dumps(e["rule"], sort_keys=True) if e.get("rule") else None,
                                    "proxy_fired": None}
+            effects[e["fault_id"]] = {**(e.get("effect") or {}), **(e.get("annotations") or {})}
         elif e["event"] == "heal" and e["fault_id"] in rows:
             rows[e["fault_id"]].update(heal_ns=e["mono_ns"], heal_wall=e["wall"])
             if e.get("proxy_fired") is not None:
                 rows[e["fault_id"]]["proxy_fired"] = e["proxy_fired"]
+            effects[e["fault_id"]].update({k: e[k] for k in HEAL_EFFECTS if e.get(k) is not None})
+    for fid, row in rows.items():
+        row["effect"] = json.dumps(effects[fid], sort_keys=True)
     return sorted(rows.values(), key=lambda r: r["start_ns"])
+
+
+# What a heal record says the fault did while active (faults.py `_apply_heal`).
+HEAL_EFFECTS = ("proxy_fired", "proxy_matched", "dropped_packets", "dropped_bytes", "tbf_overlimits", "tbf_dropped",
+                "consumer_restarted")
 
 
 def collect_proxy_events(cluster: LocalCluster, since_ns: int, dest: Path) -> int:
@@ -422,8 +506,17 @@ class ScenarioRun:
     """One execution of a scenario. Use `execute()`; it never leaves anything running."""
 
     def __init__(self, scenario: Scenario, options: RunOptions):
-        self.scenario = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
-                                                options.bootstrap)
+        configured = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
+                                             options.bootstrap)
+        try:
+            self.environment_overrides = environment_overrides(os.environ)
+        except ClientConfigError as e:
+            raise KafkaproofError(f"environment: {e}") from None
+        # What runs includes the environment's extra settings; the hash (history's "same configuration")
+        # does not: they are the system under test changing, which is what history is there to catch.
+        self.scenario = Scenario(configured.name, configured.path,
+                                 apply_overrides(configured.data, self.environment_overrides))
+        self.scenario_hash = configured.hash()
         self.options = options
         self.run_id = new_run_id(scenario.name)
         self.run_dir = Path(options.out).resolve() / self.run_id
@@ -441,12 +534,14 @@ class ScenarioRun:
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
             "run_id": self.run_id, "scenario": self.scenario.data, "scenario_name": self.scenario.name,
-            "scenario_path": self.scenario.path, "scenario_hash": self.scenario.hash(),
+            "scenario_path": self.scenario.path, "scenario_hash": self.scenario_hash,
+            "environment_overrides": self.environment_overrides,
             "guarantee": self.scenario.guarantee, "expect": self.scenario.expect,
             "versions": versions(self.scenario.data["cluster"]["kafka_version"]),
             "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "platform": platform.platform()},
             "clock": {"monotonic_origin_ns": mono, "wall_origin_ns": wall, "unit": "ns", "source": "CLOCK_MONOTONIC"},
-            "topic": self.scenario.topic, "status": "running", "error": None}
+            "topic": self.scenario.topic, "clients": effective_clients(self.scenario.data),
+            "status": "running", "error": None}
 
     # phases ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -578,8 +673,11 @@ class ScenarioRun:
         data = self.scenario.data
         topic = data["topic"]["name"]
         injector = stack.enter_context(FaultInjector(self.cluster, topic, self.fault_log)) if self.cluster else None
+        events = WorkerEvents()
+        stack.callback(events.close)
         workers = Workers(self.work, {"run_id": self.run_id, "out": str(self.work), "topic": topic,
-                                      "bootstrap": self.bootstrap})
+                                      "bootstrap": self.bootstrap, "notify": events.address},
+                          owner=self.run_id, cluster=self.cluster.name if self.cluster else None)
         stack.callback(workers.kill_all)
         sampler = SnapshotSampler(self.cluster, topic).start()
         stack.callback(sampler.stop)
@@ -593,12 +691,13 @@ class ScenarioRun:
         producer_spec = {k: prod[k] for k in ("rate", "value_size", "keys", "config") if k in prod}
         producer_spec.update({k: prod[k] for k in ("messages", "duration_s", "transactions") if k in prod})
         producer_spec["bootstrap"] = self._producer_bootstrap()
+        producer_spec["offsets_from_broker"] = producer_settings(prod, 0)["offsets_from_broker"]
 
         with self.phase("workload"):
             for i in range(cons["count"]):
                 workers.start_consumer(i, consumer_spec)
             t0 = time.monotonic()
-            timeline = Timeline(self, injector, workers, t0)
+            timeline = Timeline(self, injector, workers, t0, events)
             stack.callback(timeline.stop)
             timeline.start()
             producers_started = False
@@ -674,7 +773,8 @@ class ScenarioRun:
         audit_rows = self.audit_rows
         audit_ids = {r["value_id"] for r in audit_rows if r["value_id"] >= 0}
         counts = {}
-        sends = assemble_sends(self.work, data["producers"]["count"], audit_ids)
+        sends = assemble_sends(self.work, data["producers"]["count"], audit_ids,
+                               producer_settings(data["producers"], 0)["offsets_from_broker"])
         ledger.write_arrow(self.run_dir, "sends", sends)
         reads, events = assemble_consumer_tables(self.work)
         ledger.write_arrow(self.run_dir, "reads", reads)
@@ -696,102 +796,148 @@ class ScenarioRun:
 
 
 class Timeline:
-    """Runs a scenario's fault timeline: inject at `at`, heal after `duration`.
+    """Runs a scenario's fault timeline, each fault in a thread of its own.
 
-    Each injection and heal runs in its own thread, so a slow one (a node that takes
-    seconds to stop or to listen again) does not delay the faults scheduled after it.
-    A heal waits for its own injection to finish first.
+    A fault waits until its `at`, then (with `after`) for the state it needs — the next commit of
+    a consumer, a partition's ISR shrinking — and `delay_s`; it is injected, and healed `duration`
+    seconds after the injection (without a duration: when the workload is over). One fault
+    taking seconds to inject or heal (a node slow to stop or to listen again) never delays
+    another. A trigger that never happens is an error of the run, not a silent skip.
     """
 
-    def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float):
-        self.run, self.injector, self.workers, self.t0 = run, injector, workers, t0
+    def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float,
+                 events: WorkerEvents | None = None):
+        self.run, self.injector, self.workers, self.t0, self.events = run, injector, workers, t0, events
         self.entries = run.scenario.timeline()
-        self.pending_heals: list[tuple[float, int]] = []  # (time, entry index)
-        self.fault_ids: dict[int, str] = {}  # entry index -> fault id, once injected
+        self.fault_ids: dict[int, str] = {}  # entry position -> fault id, once injected
         self.active: dict[str, str] = {}
         self.consumer_faults: dict[str, tuple[TimelineFault, int]] = {}
-        self._scheduled = 0
-        self._actions: dict[str, threading.Thread] = {}
+        self.healed: set[int] = set()
+        self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name="timeline", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        for pos, entry in enumerate(self.entries):
+            thread = threading.Thread(target=self._lifecycle, args=(pos, entry), name=f"fault-{entry.index}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def stop(self) -> None:
+        """Stop waiting: faults not yet injected never will be; faults waiting out their duration heal now."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=120)
-        self._join_actions()
-
-    def _join_actions(self) -> None:
-        for thread in list(self._actions.values()):
+        for thread in self._threads:
             thread.join(timeout=120)
 
     def finished(self) -> bool:
-        """Every fault injected and every fault with a duration healed."""
-        return (self._scheduled >= len(self.entries) and not self.pending_heals
-                and not any(t.is_alive() for t in list(self._actions.values())))
+        """Every fault injected, and every fault with a duration healed."""
+        return not any(t.is_alive() for t in self._threads)
 
     def active_descriptions(self) -> list[str]:
         with self._lock:
             return list(self.active.values())
 
-    def _spawn(self, name: str, target, *args) -> None:
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-        self._actions[name] = thread
-        thread.start()
+    def _sleep_until(self, t: float) -> bool:
+        """Sleep until `t` seconds after t0; False when stopped first."""
+        return not self._stop.wait(max(0.0, self.t0 + t - time.monotonic()))
 
-    def _loop(self) -> None:
-        queue = list(enumerate(self.entries))
-        while not self._stop.is_set() and (queue or self.pending_heals):
-            t = time.monotonic() - self.t0
-            if queue and queue[0][1].at <= t:
-                i, entry = queue.pop(0)
-                self._spawn(f"inject-{i}", self._inject, i, entry)
-                if entry.duration is not None or entry.on_consumer:
-                    self.pending_heals.append((entry.at + (entry.duration or 0.0), i))
-                self._scheduled += 1
-                continue
-            for h in [h for h in self.pending_heals if h[0] <= t]:
-                self.pending_heals.remove(h)
-                self._spawn(f"heal-{h[1]}", self._heal_entry, h[1])
-            self._stop.wait(0.05)
+    def _lifecycle(self, pos: int, entry: TimelineFault) -> None:
+        if not self._sleep_until(entry.at):
+            return
+        annotations: dict[str, Any] = {"scenario_index": entry.index}
+        if entry.after:
+            trigger = self._await_trigger(entry)
+            if trigger is None:
+                return
+            annotations.update(trigger)
+        if not self._inject(pos, entry, annotations):
+            return
+        if entry.duration is not None or entry.on_consumer:
+            # A consumer fault without a duration restarts the consumer at once.
+            self._stop.wait(entry.duration or 0.0)
+            self._heal_position(pos)
 
-    def _inject(self, index: int, entry: TimelineFault) -> None:
+    def _await_trigger(self, entry: TimelineFault) -> dict | None:
+        """Wait for the fault's trigger; what was awaited and how long, or None (stopped or timed out)."""
+        after, started = entry.after, time.monotonic()
+        if after["event"] == "consumer_commit":
+            held = self._await_commit(after["consumer"], entry.trigger_timeout_s)
+        else:
+            held = self._await_isr_shrunk(after["partition"], entry.trigger_timeout_s)
+        if self._stop.is_set():
+            return None
+        if not held:
+            msg = (f"faults[{entry.index}] ({entry.describe()}): its trigger {after['event']} did not happen within "
+                   f"{entry.trigger_timeout_s:g}s, so the fault was never injected")
+            log.error("%s", msg)
+            self.run.fault_errors.append(msg)
+            return None
+        waited = time.monotonic() - started
+        if after.get("delay_s") and self._stop.wait(after["delay_s"]):
+            return None
+        log.info("faults[%d]: trigger %s held after %.3fs", entry.index, after["event"], waited)
+        return {"trigger": {**after, "waited_s": round(waited, 3), "at_s": round(time.monotonic() - self.t0, 3)}}
+
+    def _await_commit(self, consumer: int, timeout_s: float) -> bool:
+        if self.events is None:
+            return False
+        seen = self.events.count("commit", consumer)
+        return self.events.wait_next("commit", consumer, seen, timeout_s, self._stop)
+
+    def _await_isr_shrunk(self, partition: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        cluster, topic = self.run.cluster, self.run.scenario.topic
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                p = cluster.partitions(topic).get(partition)
+                if p and len(p["isr"]) < len(p["replicas"]):
+                    return True
+            except (KafkaproofError, OSError):
+                pass  # a metadata read may fail under faults; ask again
+            self._stop.wait(0.2)
+        return False
+
+    def _inject(self, pos: int, entry: TimelineFault, annotations: dict | None) -> bool:
         try:
             if entry.on_consumer:
-                fid = self._inject_consumer(entry)
+                fid = self._inject_consumer(entry, annotations)
             else:
-                fid = self.injector.inject(entry.spec).fault_id
+                fid = self.injector.inject(entry.spec, annotations).fault_id
         except (KafkaproofError, OSError) as e:
-            msg = f"{entry.spec.kind} {entry.spec.target} at {entry.at}s: {e}"
+            msg = f"faults[{entry.index}] ({entry.describe()}): {e}"
             log.error("fault not injected: %s", msg)
             self.run.fault_errors.append(msg)
-            return
-        self.fault_ids[index] = fid
+            return False
         with self._lock:
+            self.fault_ids[pos] = fid
             self.active[fid] = f"{entry.spec.kind} {entry.spec.target or entry.spec.params.get('groups')}"
+        return True
 
-    def _heal_entry(self, index: int) -> None:
-        inject = self._actions.get(f"inject-{index}")
-        if inject is not None:
-            inject.join()
-        if index in self.fault_ids:
-            self._heal(self.fault_ids[index])
+    def _heal_position(self, pos: int) -> None:
+        with self._lock:
+            if pos in self.healed or pos not in self.fault_ids:
+                return
+            self.healed.add(pos)
+            fid = self.fault_ids[pos]
+        self._heal(fid)
 
-    def _inject_consumer(self, entry: TimelineFault) -> str:
+    def _inject_consumer(self, entry: TimelineFault, annotations: dict | None = None) -> str:
         index = int(entry.spec.target.split(":")[1])
         sig = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "pause": signal.SIGSTOP}[entry.spec.kind]
         pid = self.workers.signal_consumer(index, sig)
         if sig != signal.SIGSTOP:
             self.workers.consumers[index].wait(30)
+            state_after = "dead" if self.workers.consumers[index].poll() is not None else "running"
+        else:
+            state_after = process.state_of(process.ref_for(pid)) if process.start_ticks(pid) else "dead"
         fid = f"{entry.spec.kind}-consumer{index}-{uuid.uuid4().hex[:6]}"
         mono, wall = now()
         append_fault_log(self.run.fault_log, {"event": "inject", "fault_id": fid, "kind": entry.spec.kind,
                                               "target": entry.spec.target, "nodes": [],
-                                              "params": {"pid": pid, **entry.spec.params}, "mono_ns": mono, "wall": wall})
+                                              "params": {"pid": pid, **entry.spec.params}, "mono_ns": mono,
+                                              "wall": wall, "effect": {"consumer_state": state_after},
+                                              **({"annotations": annotations} if annotations else {})})
         self.consumer_faults[fid] = (entry, index)
         log.info("fault %s: %s consumer %d (pid %d)", fid, entry.spec.kind, index, pid)
         return fid
@@ -800,11 +946,13 @@ class Timeline:
         try:
             if fid in self.consumer_faults:
                 entry, index = self.consumer_faults.pop(fid)
+                before = self.workers.incarnations.get(index, 0)
                 self.workers.restart_consumer(index)
                 mono, wall = now()
-                append_fault_log(self.run.fault_log, {"event": "heal", "fault_id": fid, "kind": entry.spec.kind,
-                                                      "target": entry.spec.target, "nodes": [], "params": {},
-                                                      "mono_ns": mono, "wall": wall})
+                append_fault_log(self.run.fault_log, {
+                    "event": "heal", "fault_id": fid, "kind": entry.spec.kind, "target": entry.spec.target,
+                    "nodes": [], "params": {}, "mono_ns": mono, "wall": wall,
+                    "consumer_restarted": self.workers.incarnations.get(index, 0) > before})
             else:
                 self.injector.heal(fid)
         except (KafkaproofError, OSError) as e:
@@ -814,11 +962,10 @@ class Timeline:
             self.active.pop(fid, None)
 
     def heal_everything(self) -> None:
-        """Heal what is still active: scheduled heals now, duration-less faults at the end of the workload."""
-        self._join_actions()
-        for _, index in list(self.pending_heals):
-            self._heal_entry(index)
-        self.pending_heals.clear()
+        """Heal what is still active: faults without a duration, at the end of the workload."""
+        self.stop()
+        for pos in list(self.fault_ids):
+            self._heal_position(pos)
         for fid in list(self.consumer_faults):
             self._heal(fid)
         if self.injector is not None:

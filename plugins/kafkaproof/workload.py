@@ -21,7 +21,9 @@ import json
 import os
 import random
 import signal
+import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,11 +139,62 @@ class KeyChooser:
 
 
 _stop = False
+STOP_GRACE_S = 10.0  # after a stop request: flush/close for at most this long
+HARD_EXIT_AFTER_S = 5.0  # ... and the process is gone this long after that, whatever blocks
+PARENT_CHECK_S = 0.2
 
 
 def _request_stop(*_) -> None:
     global _stop
-    _stop = True
+    if not _stop:
+        _stop = True
+        _start_hard_exit_timer(STOP_GRACE_S + HARD_EXIT_AFTER_S)
+
+
+def _start_hard_exit_timer(seconds: float) -> None:
+    """Exit even if a client call blocks (a cluster that is gone): the streams were flushed as we went."""
+    timer = threading.Timer(seconds, lambda: os._exit(3))
+    timer.daemon = True
+    timer.start()
+
+
+def watch_parent(parent_pid: int, interval_s: float = PARENT_CHECK_S) -> threading.Thread:
+    """Stop this worker within `interval_s` of its runner's death (it is re-parented; getppid changes).
+
+    A worker must never outlive its run: an orphaned producer would keep writing into whatever
+    cluster next takes the address, an orphaned consumer would poll forever.
+    """
+    def loop() -> None:
+        while not _stop:
+            if os.getppid() != parent_pid:
+                print(f"runner (pid {parent_pid}) is gone: stopping", file=sys.stderr, flush=True)
+                _request_stop()
+                return
+            time.sleep(interval_s)
+
+    thread = threading.Thread(target=loop, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+class Notifier:
+    """Tells the runner about events it may trigger faults on (one UDP datagram each, to loopback)."""
+
+    def __init__(self, address: str | None):
+        self.target = None
+        self.sock = None
+        if address:
+            host, port = address.rsplit(":", 1)
+            self.target = (host, int(port))
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def send(self, **event: Any) -> None:
+        if self.sock is None:
+            return
+        try:
+            self.sock.sendto(json.dumps(event).encode(), self.target)
+        except OSError:
+            pass  # the runner is gone or busy: notifications are best effort
 
 
 def run_producer(spec: dict) -> int:
@@ -149,8 +202,12 @@ def run_producer(spec: dict) -> int:
     from confluent_kafka import KafkaException, Producer
 
     signal.signal(signal.SIGTERM, _request_stop)
+    if spec.get("parent_pid"):
+        watch_parent(spec["parent_pid"])
     out, index, run_id = Path(spec["out"]), spec["index"], spec["run_id"]
     pid = os.getpid()
+    # acks=0 delivery reports carry offsets no broker assigned (librdkafka counts them per batch): never record them.
+    offsets_from_broker = spec.get("offsets_from_broker", True)
     rng = random.Random(spec.get("seed", 0) * 1000 + index)
     keys = KeyChooser(**spec.get("keys", {}))
     value_size, topic = spec["value_size"], spec["topic"]
@@ -172,7 +229,8 @@ def run_producer(spec: dict) -> int:
         counts[outcome] += 1
         if name:
             counts["errors"][name] = counts["errors"].get(name, 0) + 1
-        completions.append(vid, time.monotonic_ns(), part, msg.offset() if err is None else None,
+        completions.append(vid, time.monotonic_ns(), part,
+                           msg.offset() if err is None and offsets_from_broker else None,
                            err.code() if err is not None else None, name)
 
     conf = {"bootstrap.servers": spec["bootstrap"], "log_level": 3, **spec.get("config", {})}
@@ -188,6 +246,10 @@ def run_producer(spec: dict) -> int:
         outcome = None
         try:
             if abort:
+                if txn.get("abort", "flush") == "flush":
+                    # Write the records first, so the abort marker really rolls back records in the log
+                    # (aborting while they are queued purges them: read_committed would never be tested).
+                    producer.flush(30)
                 producer.abort_transaction(30)
                 outcome = "abort"
             else:
@@ -245,7 +307,8 @@ def run_producer(spec: dict) -> int:
     if txn and txn_id is not None:
         end_transaction(rng.random() < txn.get("abort_probability", 0.0))
     sends.flush()
-    deadline = time.monotonic() + spec.get("flush_timeout_s", 120)
+    # Asked to stop (SIGTERM, runner gone): a bounded flush, even if the cluster is gone.
+    deadline = time.monotonic() + (STOP_GRACE_S if _stop else spec.get("flush_timeout_s", 120))
     while len(producer) and time.monotonic() < deadline:
         producer.flush(0.5)
         completions.flush()
@@ -263,6 +326,9 @@ def run_consumer(spec: dict) -> int:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     signal.signal(signal.SIGTERM, _request_stop)
+    if spec.get("parent_pid"):
+        watch_parent(spec["parent_pid"])
+    notifier = Notifier(spec.get("notify"))
     out, index, inc = Path(spec["out"]), spec["index"], spec.get("incarnation", 0)
     pid = os.getpid()
     strategy = spec.get("commit", "sync")
@@ -294,6 +360,8 @@ def run_consumer(spec: dict) -> int:
         counts["commits" if ok else "commit_errors"] += 1
         event("commit", [p.partition for p in parts], [p.offset for p in parts], ok,
               str(err) if err else next((str(p.error) for p in parts if p.error), None))
+        if ok:
+            notifier.send(consumer=index, incarnation=inc, event="commit", ts_ns=time.monotonic_ns())
 
     conf = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"], "auto.offset.reset": "earliest",
             "enable.auto.commit": strategy == "auto", "isolation.level": spec.get("isolation_level", "read_committed"),

@@ -42,7 +42,7 @@ DISTRIBUTIONS = (FIXED, UNIFORM, NORMAL)
 
 _COMMON_KEYS = {
     "id", "action", "broker", "proxy", "api", "topic", "partitions", "client_id",
-    "probability", "count", "start_after_s", "duration_s",
+    "probability", "every", "count", "start_after_s", "duration_s",
 }
 _ACTION_KEYS = {
     LOST_ACK: {"reset"},
@@ -94,6 +94,7 @@ class Rule:
     partitions: frozenset[int] | None = None
     client_id: str | None = None
     probability: float = 1.0
+    every: int | None = None
     count: int | None = None
     start_after_s: float = 0.0
     duration_s: float | None = None
@@ -143,7 +144,7 @@ class Rule:
     def as_json(self) -> dict[str, Any]:
         """Normalised JSON form (what `rules`/`stats` report and what :func:`parse_rule` accepts)."""
         out: dict[str, Any] = {"id": self.id, "action": self.action}
-        for key in ("broker", "proxy", "topic", "client_id", "count", "duration_s"):
+        for key in ("broker", "proxy", "topic", "client_id", "every", "count", "duration_s"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -193,6 +194,10 @@ def parse_rule(spec: Mapping[str, Any] | Rule) -> Rule:
     fields["partitions"] = _partitions(spec.get("partitions"))
     fields["client_id"] = _opt_str(spec, "client_id")
     fields["probability"] = _number(spec, "probability", 1.0, low=0.0, high=1.0)
+    fields["every"] = _opt_int(spec, "every", low=1)
+    if fields["every"] is not None and "probability" in spec:
+        raise RuleError("rule fields 'every' and 'probability' exclude each other: 'every' N affects each N-th "
+                        "matching request (deterministic), 'probability' draws at random")
     fields["count"] = _opt_int(spec, "count", low=1)
     fields["start_after_s"] = _number(spec, "start_after_s", 0.0, low=0.0)
     duration = spec.get("duration_s")
@@ -336,8 +341,10 @@ class RuleState:
         return self.expired or now >= self.window()[1]
 
     def roll(self, rng: random.Random) -> bool:
-        """Apply the rule's probability to one matching request."""
+        """Whether the rule affects one matching request: each `every`-th one, else by its probability."""
         self.matched += 1
+        if self.rule.every is not None:
+            return self.matched % self.rule.every == 0
         return self.rule.probability >= 1.0 or rng.random() < self.rule.probability
 
     def fire(self) -> bool:

@@ -41,6 +41,7 @@ KINDS: tuple[str, ...] = (
     "duplicates",
     "redeliveries",
     "aborted_reads",
+    "dirty_reads",
     "indefinite_landed",
     "inconsistent_offsets",
     "ack_offset_mismatch",
@@ -48,6 +49,7 @@ KINDS: tuple[str, ...] = (
     "poll_skips",
     "poll_rewinds",
     "unknown_values",
+    "undelivered_attempts",
 )
 
 # Value-level kinds: the values.parquet flag column that marks each.
@@ -58,8 +60,10 @@ VALUE_FLAGS: dict[str, str] = {
     "not_delivered": "not_delivered",
     "duplicates": "duplicate",
     "aborted_reads": "aborted_read",
+    "dirty_reads": "dirty_read",
     "indefinite_landed": "indefinite_landed",
     "unknown_values": "unknown_value",
+    "undelivered_attempts": "undelivered",
 }
 
 PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
@@ -99,7 +103,8 @@ SCHEMAS: dict[str, T.StructType] = {
     ),
     "faults": _schema(
         ("fault_id", _STR), ("kind", _STR), ("target", _STR), ("nodes", T.ArrayType(_I32)), ("params", _STR),
-        ("start_ns", _I64), ("heal_ns", _I64), ("start_wall", _STR), ("heal_wall", _STR),
+        ("start_ns", _I64), ("heal_ns", _I64), ("start_wall", _STR), ("heal_wall", _STR), ("proxy_fired", _I64),
+        ("effect", _STR),
     ),
     "cluster_snapshots": _schema(
         ("ts_ns", _I64), ("partition", _I32), ("leader", _I32), ("replicas", T.ArrayType(_I32)),
@@ -168,6 +173,10 @@ class RunContext:
     groups: list[str]
     has_consumers: bool
     topic: str | None = None  # the scenario topic (proxy events of other topics are ignored)
+    # Producers whose delivery reports carry offsets a broker assigned (not acks=0's made-up ones).
+    producer_broker_offsets: dict[int, bool] = field(default_factory=dict)
+    delivery_within_s: float | None = None  # claims.delivery: every attempted value delivered within this bound
+    exercised: list[dict[str, Any]] = field(default_factory=list)  # the scenario's own exercised conditions
     manifest: dict[str, Any] = field(repr=False, default_factory=dict)
     cached: list[DataFrame] = field(repr=False, default_factory=list)  # persisted for one run; unpersisted after
 
@@ -253,25 +262,45 @@ def parse_partitions(audit: Any) -> list[PartitionAudit]:
     return sorted(out, key=lambda p: p.partition)
 
 
-def build_context(run_dir: Path, manifest: Mapping[str, Any]) -> RunContext:
-    """Parse the manifest facts the job relies on (documented in docs/analysis.md)."""
-    scenario = manifest.get("scenario") or {}
+def clients_from_scenario(scenario: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The `clients` section of runs written before the manifest had one: read off the scenario."""
     producers = expand_clients(scenario, "producers")
     consumers = expand_clients(scenario, "consumers")
-    producer_acks = {i: parse_acks(_lookup(p, "acks", "request.required.acks")) for i, p in enumerate(producers)}
+    prods = []
+    for i, p in enumerate(producers):
+        acks = parse_acks(_lookup(p, "acks", "request.required.acks"))
+        prods.append({"index": i, "acks": acks, "offsets_from_broker": acks != 0})
+    cons = [{"index": i, "group": str(_lookup(c, "group", "group_id", "group.id") or "default"),
+             "isolation_level": _lookup(c, "isolation_level", "isolation", "isolation.level")}
+            for i, c in enumerate(consumers)]
+    return {"producers": prods, "consumers": cons}
+
+
+def build_context(run_dir: Path, manifest: Mapping[str, Any]) -> RunContext:
+    """Parse the manifest facts the job relies on (documented in docs/analysis.md).
+
+    What each client ran with comes from the manifest's `clients` section (resolved once by the
+    runner), never from the scenario's fields, which a client property could contradict.
+    """
+    scenario = manifest.get("scenario") or {}
+    clients = manifest.get("clients") or clients_from_scenario(scenario)
+    producer_acks = {int(p["index"]): parse_acks(p.get("acks")) for p in clients.get("producers", [])}
+    broker_offsets = {int(p["index"]): bool(p.get("offsets_from_broker", parse_acks(p.get("acks")) != 0))
+                      for p in clients.get("producers", [])}
     group_names: list[str] = []
     consumer_group: dict[int, int] = {}
     consumer_rc: dict[int, bool] = {}
-    for i, c in enumerate(consumers):
-        name = str(_lookup(c, "group", "group_id", "group.id") or "default")
+    for c in clients.get("consumers", []):
+        i, name = int(c["index"]), str(c.get("group") or "default")
         if name not in group_names:
             group_names.append(name)
         consumer_group[i] = group_names.index(name)
-        consumer_rc[i] = parse_isolation(_lookup(c, "isolation_level", "isolation", "isolation.level"))
+        consumer_rc[i] = parse_isolation(c.get("isolation_level"))
     if not group_names:
         group_names = ["default"]
     clock = manifest.get("clock") or {}
     t0 = clock.get("monotonic_origin_ns")
+    delivery = (scenario.get("claims") or {}).get("delivery")
     return RunContext(
         run_dir=Path(run_dir),
         run_id=str(manifest.get("run_id", Path(run_dir).name)),
@@ -282,8 +311,11 @@ def build_context(run_dir: Path, manifest: Mapping[str, Any]) -> RunContext:
         consumer_group=consumer_group,
         consumer_read_committed=consumer_rc,
         groups=group_names,
-        has_consumers=bool(consumers),
+        has_consumers=bool(consumer_group),
         topic=manifest.get("topic") or (scenario.get("topic") or {}).get("name"),
+        producer_broker_offsets=broker_offsets,
+        delivery_within_s=None if delivery is None else float((delivery or {}).get("within_s", 60.0)),
+        exercised=list(scenario.get("exercised") or []),
         manifest=dict(manifest),
     )
 
@@ -372,13 +404,22 @@ def value_observations(audit: DataFrame, reads: DataFrame, ctx: RunContext) -> D
         _count((src == 3) & (F.col("rc") == 1)).alias("read_rc_count"),
         F.bit_or(F.col("gbit")).alias("groups_mask"),
         F.min(F.when(src == 3, F.col("read_ns"))).alias("first_read_ns"),
+        # When the last group to get the value first read it (the application-delivery claim).
+        F.greatest(*[F.min(F.when((src == 3) & (F.col("gbit") == (1 << g)), F.col("read_ns")))
+                     for g in range(len(ctx.groups))], F.lit(None).cast("long")).alias("delivered_ns"),
     )
 
 
-def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext) -> DataFrame:
+def broker_offset(ctx: RunContext) -> Column:
+    """`offset` of a send, null where its producer's reports carry no broker-assigned offset (acks=0)."""
+    from_broker = _lookup_col(ctx.producer_broker_offsets, "boolean", F.col("producer"), True)
+    return F.when(from_broker, F.col("offset"))
+
+
+def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal_ns: int | None = None) -> DataFrame:
     """values.parquet: one row per value id seen anywhere, with its anomaly flags."""
     s = sends.select(
-        "value_id", "producer", "seq", "key", "partition", "outcome", F.col("offset").alias("ack_offset"),
+        "value_id", "producer", "seq", "key", "partition", "outcome", broker_offset(ctx).alias("ack_offset"),
         "error_name", "txn_id", "txn_outcome", "intended_ns", "send_ns", "complete_ns")
     # Hash join: both sides are already hashed by value_id; sorting them for a merge join costs more.
     v = s.hint("shuffle_hash").join(obs, "value_id", "full_outer")
@@ -407,26 +448,40 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext) -> DataFr
          .withColumn("read_rc_count", F.coalesce(F.col("read_rc_count"), F.lit(0)))
          .withColumn("groups_mask", read_any))
     missing = F.col("expected") & ~in_log
+    aborted = F.coalesce(F.col("txn_outcome") == "abort", F.lit(False))
+    failed = F.coalesce(outcome == "fail", F.lit(False))
     v = (v.withColumn("unseen", missing & ~F.col("reachable"))
          .withColumn("lost", missing & F.col("reachable") & (F.col("acks") != 0))
          .withColumn("lost_unconfirmed", missing & F.col("reachable") & (F.col("acks") == 0))
          .withColumn("duplicate", log_count > 1)
          .withColumn("not_delivered", F.lit(ctx.has_consumers) & in_log & (read_any != F.lit(ctx.groups_mask)))
-         .withColumn("aborted_read", ((outcome == "fail") | F.coalesce(F.col("txn_outcome") == "abort", F.lit(False)))
-                     & (in_log | (F.col("read_rc_count") > 0)))
+         # Definitely not written, yet seen anywhere; or rolled back, yet committed or read read_committed.
+         .withColumn("aborted_read", (failed & (in_log | (F.col("read_count") > 0)))
+                     | (aborted & (in_log | (F.col("read_rc_count") > 0))))
+         # Rolled back, and a read_uncommitted consumer processed it.
+         .withColumn("dirty_read", aborted & (F.col("read_count") > F.col("read_rc_count")))
          .withColumn("indefinite_landed", F.coalesce(outcome == "indefinite", F.lit(False)) & in_log)
          .withColumn("unknown_value", ~F.col("sent")))
-    for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read",
-              "indefinite_landed", "unknown_value"):
+    if ctx.delivery_within_s is None:
+        v = v.withColumn("delivery_deadline_ns", F.lit(None).cast("long")).withColumn("undelivered", F.lit(False))
+    else:
+        # Attempted (any outcome) and not read by every group by max(intended, last heal) + within_s.
+        deadline = (F.greatest(F.col("intended_ns"), F.lit(last_heal_ns or 0).cast("long"))
+                    + F.lit(int(ctx.delivery_within_s * NS_PER_S)))
+        delivered = (read_any == F.lit(ctx.groups_mask)) & F.coalesce(F.col("delivered_ns") <= deadline, F.lit(False))
+        v = (v.withColumn("delivery_deadline_ns", deadline)
+             .withColumn("undelivered", F.col("sent") & ~delivered))
+    for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read", "dirty_read",
+              "indefinite_landed", "unknown_value", "undelivered"):
         v = v.withColumn(c, F.coalesce(F.col(c), F.lit(False)))
     return v.select(
         "value_id", "producer", "seq", "key", "partition", "outcome", "ack_offset", "error_name", "acks",
         "txn_id", "txn_outcome", "intended_ns", "send_ns", "complete_ns",
         "log_count", "log_partition", "log_offset", "log_offset_max",
-        "read_count", "read_rc_count", "groups_mask", "first_read_ns",
+        "read_count", "read_rc_count", "groups_mask", "first_read_ns", "delivered_ns", "delivery_deadline_ns",
         "sent", "expected", "reachable",
-        "lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read",
-        "indefinite_landed", "unknown_value",
+        "lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read", "dirty_read",
+        "indefinite_landed", "unknown_value", "undelivered",
     )
 
 
@@ -452,8 +507,17 @@ def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
         "duplicates": F.format_string("%s copies in the committed log of partition %s, offsets %s..%s",
                                       F.col("log_count"), F.col("log_partition"), F.col("log_offset"),
                                       F.col("log_offset_max")),
-        "aborted_reads": F.format_string("send outcome=%s txn_outcome=%s, yet seen read_committed (log %s, reads %s)",
-                                         F.col("outcome"), F.col("txn_outcome"), F.col("log_count"), F.col("read_rc_count")),
+        "aborted_reads": F.format_string("send outcome=%s txn_outcome=%s, yet in the committed log %s times and read "
+                                         "%s times (%s of them read_committed)", F.col("outcome"),
+                                         F.col("txn_outcome"), F.col("log_count"), F.col("read_count"),
+                                         F.col("read_rc_count")),
+        "dirty_reads": F.format_string("value of aborted transaction %s read %s times by read_uncommitted consumers",
+                                       F.col("txn_id"), F.col("read_count") - F.col("read_rc_count")),
+        "undelivered_attempts": F.format_string(
+            "attempted (send outcome %s%s) and %s", F.coalesce(F.col("outcome"), F.lit("unknown")),
+            F.when(F.col("error_name").isNotNull(), F.concat(F.lit(", "), F.col("error_name"))).otherwise(F.lit("")),
+            F.when(F.col("groups_mask") == F.lit(ctx.groups_mask),
+                   F.lit("read only after the claim's deadline")).otherwise(F.lit("never read by its consumers"))),
         "indefinite_landed": F.format_string("indefinite send (%s) is in the log at partition %s offset %s",
                                              F.col("error_name"), F.col("log_partition"), F.col("log_offset")),
         "unknown_values": F.format_string("never sent per sends.parquet; %s copies in the committed log, %s reads",
@@ -548,6 +612,52 @@ def cause_text(write: Mapping[str, Any]) -> str:
             f"whose response {what}: fault {write['cause_fault_id']}")
 
 
+def leaderless_windows(snapshots: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Pure: per partition, the maximal runs of snapshots in which it had no live leader.
+
+    A partition has no live leader when the sampled leader is -1 or a node that was not
+    running. A window runs from its first such snapshot to the first snapshot after it
+    with a live leader (or its last snapshot, if none followed).
+    """
+    by_part: dict[int, list[Mapping[str, Any]]] = {}
+    for r in snapshots:
+        by_part.setdefault(int(r["partition"]), []).append(r)
+    out = []
+    for p, rows in sorted(by_part.items()):
+        start = None
+        rows = sorted(rows, key=lambda r: r["ts_ns"])
+        for r in rows:
+            live = list(r["live_nodes"] or [])
+            down = r["leader"] is None or r["leader"] < 0 or r["leader"] not in live
+            if down and start is None:
+                start = r["ts_ns"]
+            elif not down and start is not None:
+                out.append({"partition": p, "start_ns": int(start), "end_ns": int(r["ts_ns"])})
+                start = None
+        if start is not None:
+            out.append({"partition": p, "start_ns": int(start), "end_ns": int(rows[-1]["ts_ns"]), "open": True})
+    return out
+
+
+def undelivered_causes(anomalies: DataFrame, windows: list[dict[str, Any]], t0: int) -> DataFrame:
+    """Append to each `undelivered_attempts` row why its value never reached the application:
+    the partition had no live leader while it was being sent, or it never got a partition."""
+    cause = F.lit(None).cast("string")
+    for w in reversed(windows):
+        overlaps = ((F.col("partition") == w["partition"]) & (F.col("t_start_ns") <= F.lit(w["end_ns"]))
+                    & (F.coalesce(F.col("t_end_ns"), F.col("t_start_ns")) >= F.lit(w["start_ns"])))
+        text = (f"partition {w['partition']} had no live leader from t={(w['start_ns'] - t0) / NS_PER_S:.1f}s "
+                f"to t={(w['end_ns'] - t0) / NS_PER_S:.1f}s" + (" (end of the run)" if w.get("open") else ""))
+        cause = F.when(overlaps, F.lit(text)).otherwise(cause)
+    cause = F.when(F.col("partition") < 0, F.lit("it never got a partition: the producer had no metadata for the "
+                                                 "topic")).otherwise(cause)
+    is_undelivered = F.col("kind") == "undelivered_attempts"
+    return (anomalies
+            .withColumn("cause", F.when(is_undelivered & cause.isNotNull(), cause).otherwise(F.col("cause")))
+            .withColumn("detail", F.when(is_undelivered & cause.isNotNull(), F.concat_ws(": ", "detail", cause))
+                        .otherwise(F.col("detail"))))
+
+
 WRITES_SCHEMA = _schema(
     ("partition", _I32), ("first_offset", _I64), ("last_offset", _I64), ("cause_fault_id", _STR), ("cause", _STR),
 )
@@ -602,7 +712,8 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
     """inconsistent_offsets, ack_offset_mismatch and redeliveries, from one (partition, offset) aggregation."""
     group = _lookup_col(ctx.consumer_group, "int", F.col("consumer"), 0)
     cols = ["partition", "offset", "value_id", "src", "grp", "t0", "t1"]
-    acks = sends.filter((F.col("outcome") == "ok") & (F.col("offset") >= 0) & (F.col("partition") >= 0)).select(
+    acked = sends.withColumn("offset", broker_offset(ctx))
+    acks = acked.filter((F.col("outcome") == "ok") & (F.col("offset") >= 0) & (F.col("partition") >= 0)).select(
         "partition", "offset", "value_id", F.lit(0).alias("src"), F.lit(None).cast("int").alias("grp"),
         F.col("send_ns").alias("t0"), F.coalesce("complete_ns", "send_ns").alias("t1"))
     lu = audit.filter(F.col("isolation") == "read_uncommitted").select(
@@ -988,6 +1099,123 @@ def fault_metrics(sends: DataFrame, faults: list[dict[str, Any]], t0: int, end_n
     return out
 
 
+# --------------------------------------------------------------------------- exercised
+
+# Kinds of fault and what shows they took effect (docs/analysis.md "Was the check exercised?").
+NODE_STATE_AFTER = {"kill": "dead", "stop": "dead", "pause": "paused"}
+NFT_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss")
+PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
+
+
+def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: whether one injected fault observably took effect, and the evidence, from its `effect` record."""
+    effect = json.loads(fault.get("effect") or "{}")
+    kind, target = fault["kind"], fault.get("target") or ""
+    if target.startswith("consumer:"):
+        want = "paused" if kind == "pause" else "dead"
+        state = effect.get("consumer_state")
+        restarted = effect.get("consumer_restarted")
+        held = state == want and (kind == "pause" or restarted is not False)
+        return held, (f"consumer process {state or 'state not recorded'} after the {kind}"
+                      + ("" if kind == "pause" else
+                         f"; {'restarted' if restarted else 'not restarted' if restarted is False else 'restart not recorded'}"))
+    if kind in NODE_STATE_AFTER:
+        states = effect.get("node_states") or {}
+        want = NODE_STATE_AFTER[kind]
+        if not states:
+            return False, "no node state was recorded after the injection"
+        return all(v == want for v in states.values()), ", ".join(f"node {n} {v}" for n, v in sorted(states.items()))
+    if kind == "restart":
+        restarted = effect.get("restarted") or {}
+        if not restarted:
+            return False, "no restart was recorded"
+        return all(restarted.values()), ", ".join(f"node {n} {'restarted' if v else 'NOT restarted'}"
+                                                  for n, v in sorted(restarted.items()))
+    if kind in NFT_KINDS:
+        n = effect.get("dropped_packets")
+        return bool(n), ("no packet counts were recorded" if n is None else f"its rules dropped {n} packets")
+    if kind == "bandwidth":
+        held_back = (effect.get("tbf_overlimits") or 0) + (effect.get("tbf_dropped") or 0)
+        return held_back > 0, f"the token buckets held back {held_back} packets"
+    if kind in PROXY_FAULT_KINDS:
+        n = effect.get("proxy_fired", fault.get("proxy_fired"))
+        return bool(n), ("the proxy rule's count was not recorded" if n is None else f"the proxy rule fired {n} times")
+    return False, f"kafkaproof has no check for fault kind {kind!r}"
+
+
+def exercise_results(faults: Sequence[Mapping[str, Any]], conditions: Sequence[Mapping[str, Any]],
+                     snapshots: Sequence[Mapping[str, Any]], proxy_phases: Mapping[str, int],
+                     incarnations: Mapping[int, int], aborted_in_log: int, outcomes: Mapping[str, int],
+                     t0: int) -> list[dict[str, Any]]:
+    """Pure: one result per injected fault (did it take effect?) and per condition the scenario states.
+
+    Each is `{check, subject, held, evidence}`; a condition not held makes the run an error.
+    """
+    out = []
+    for f in faults:
+        held, evidence = fault_effect(f)
+        out.append({"check": "fault_took_effect", "subject": f"{f['kind']} {f.get('target') or ''} ({f['fault_id']})",
+                    "fault_id": f["fault_id"], "held": held, "evidence": evidence})
+    by_index = {}
+    for f in faults:
+        idx = (json.loads(f.get("effect") or "{}")).get("scenario_index")
+        if idx is not None:
+            by_index.setdefault(int(idx), f)
+    snaps = sorted(snapshots, key=lambda r: r["ts_ns"])
+
+    def rel(ns: int) -> str:
+        return f"t={(ns - t0) / NS_PER_S:.1f}s"
+
+    for c in conditions:
+        check = c["check"]
+        held, evidence, subject = False, "", ""
+        if check == "leader_change":
+            p = c["partition"]
+            subject = f"partition {p}"
+            seen = [(r["ts_ns"], r["leader"]) for r in snaps if r["partition"] == p]
+            changes = [(ts, a, b) for (_, a), (ts, b) in zip(seen, seen[1:]) if a != b]
+            held = bool(changes)
+            evidence = ("; ".join(f"leader {a} -> {b} at {rel(ts)}" for ts, a, b in changes[:5]) if changes
+                        else f"leader stayed {seen[0][1] if seen else 'unknown'} in {len(seen)} snapshots")
+        elif check == "isr_shrink":
+            p = c["partition"]
+            subject = f"partition {p}"
+            limit, before = None, ""
+            if "before_fault" in c:
+                f = by_index.get(int(c["before_fault"]))
+                limit = f["start_ns"] if f else None
+                before = f" before faults[{c['before_fault']}]" + ("" if f else " (never injected)")
+            shrunk = [r for r in snaps if r["partition"] == p and len(r["isr"] or []) < len(r["replicas"] or [])
+                      and (limit is None or r["ts_ns"] < limit)]
+            held = bool(shrunk) and not ("before_fault" in c and limit is None)
+            evidence = (f"ISR {list(shrunk[0]['isr'])} of replicas {list(shrunk[0]['replicas'])} at "
+                        f"{rel(shrunk[0]['ts_ns'])}{before}" if shrunk else f"the ISR never shrank{before}")
+        elif check == "proxy_phase":
+            n, want = int(proxy_phases.get(c["phase"], 0)), int(c.get("min", 1))
+            subject, held = c["phase"], n >= want
+            evidence = f"{n} proxy events in phase {c['phase']} (need {want})"
+        elif check == "aborted_in_log":
+            want = int(c.get("min", 1))
+            subject, held = "aborted transactions", aborted_in_log >= want
+            evidence = f"{aborted_in_log} records of aborted transactions in the log (need {want})"
+        elif check == "consumer_restarted":
+            i = c["consumer"]
+            n = incarnations.get(i, 0)
+            subject, held = f"consumer {i}", n >= 1
+            evidence = f"{n + 1} process(es) of consumer {i} ran"
+        elif check == "send_errors":
+            which, want = c.get("outcome", "any"), int(c.get("min", 1))
+            n = (outcomes.get("failed", 0) + outcomes.get("indefinite", 0) if which == "any"
+                 else outcomes.get("failed" if which == "fail" else "indefinite", 0))
+            subject, held = f"{which} sends", n >= want
+            evidence = f"{n} {which} sends (need {want})"
+        else:
+            evidence = f"unknown check {check!r}"
+        out.append({"check": check, "subject": subject, "fault_id": None, "held": held, "evidence": evidence,
+                    **({"why": c["why"]} if c.get("why") else {})})
+    return out
+
+
 # --------------------------------------------------------------------------- driver
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -1014,6 +1242,13 @@ def run_bounds(sends: DataFrame, reads: DataFrame) -> tuple[int | None, int | No
         reads.agg(F.max("read_ns").alias("last_r"))).collect()[0]
     lasts = [x for x in (row["last_s"], row["last_r"]) if x is not None]
     return row["first"], max(lasts) if lasts else None
+
+
+def aborted_in_log(sends: DataFrame, audit: DataFrame) -> int:
+    """Distinct values of aborted transactions that sit in the full (read_uncommitted) log."""
+    aborted = sends.filter(F.col("txn_outcome") == "abort").select("value_id")
+    logged = audit.filter(F.col("isolation") == "read_uncommitted").select("value_id").distinct()
+    return logged.join(aborted, "value_id").count()
 
 
 def outcome_counts(values: DataFrame, audit: DataFrame, reads: DataFrame) -> dict[str, int]:
@@ -1058,14 +1293,18 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
 
-    faults = [r.asDict() for r in tables["faults"].select("fault_id", "kind", "target", "start_ns", "heal_ns").collect()]
+    fault_rows = [r.asDict() for r in tables["faults"].select(
+        "fault_id", "kind", "target", "start_ns", "heal_ns", "effect", "proxy_fired").collect()]
+    faults = [{k: f[k] for k in ("fault_id", "kind", "target", "start_ns", "heal_ns")} for f in fault_rows]
     first_ns, last_ns = run_bounds(sends, reads)
     t0 = ctx.t0_ns if ctx.t0_ns is not None else (first_ns if first_ns is not None else 0)
     end_ns = max([x for x in (last_ns, *[f["start_ns"] for f in faults], *[f["heal_ns"] or 0 for f in faults])
                   if x is not None], default=t0)
+    last_heal_ns = max([f["heal_ns"] for f in faults if f["heal_ns"] is not None], default=None)
+    snapshots = [r.asDict() for r in tables["cluster_snapshots"].collect()]  # one row per partition-second
 
-    values = _write(classify_values(sends, value_observations(audit, reads, ctx), ctx), tmp / "values.parquet",
-                    files=None, dictionary=False)
+    values = _write(classify_values(sends, value_observations(audit, reads, ctx), ctx, last_heal_ns),
+                    tmp / "values.parquet", files=None, dictionary=False)
     log(f"[analyze] {run_dir.name}: values classified ({time.monotonic() - started:.1f}s)")
 
     anomalies = (value_anomalies(values, ctx)
@@ -1075,6 +1314,9 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
     unacked = tables["proxy_events"].filter(F.col("phase").isin(*UNACKNOWLEDGED_WRITE_PHASES))
     writes = unacknowledged_writes([r.asDict() for r in unacked.collect()], ctx.topic)
     anomalies = attribute_causes(spark, anomalies, writes)
+    leaderless = leaderless_windows(snapshots)
+    if ctx.delivery_within_s is not None:
+        anomalies = undelivered_causes(anomalies, leaderless, t0)
     fault_ids = active_fault_ids(faults, F.col("t_start_ns"), F.coalesce("t_end_ns", "t_start_ns"), end_ns)
     anomalies = (anomalies.withColumn("t_s", (F.col("t_start_ns") - F.lit(t0)).cast("double") / NS_PER_S)
                  .withColumn("fault_ids", fault_ids)
@@ -1088,6 +1330,13 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
     counts, examples = count_and_examples(anomalies)
     attribution = attribution_metrics(anomalies, writes)
     outcomes = outcome_counts(values, audit, reads)
+    exercised = exercise_results(
+        fault_rows, ctx.exercised, snapshots,
+        {r["phase"]: int(r["count"]) for r in tables["proxy_events"].groupBy("phase").count().collect()},
+        {int(r["consumer"]): int(r["inc"]) for r in tables["consumer_events"].groupBy("consumer")
+         .agg(F.max("incarnation").alias("inc")).collect()},
+        aborted_in_log(sends, audit) if any(c["check"] == "aborted_in_log" for c in ctx.exercised) else 0,
+        outcomes, t0)
     ts_rows = timeseries_rows(sends, reads, ctx, t0, faults, end_ns)
     spark.createDataFrame(ts_rows, TIMESERIES_SCHEMA).coalesce(1).write.mode("overwrite").parquet(
         str(tmp / "timeseries.parquet"))
@@ -1119,6 +1368,13 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
         "faults": fault_metrics(sends, faults, t0, end_ns, ts_rows),
         "unhealed_faults": [f["fault_id"] for f in faults if f["heal_ns"] is None],
         "attribution": attribution,
+        "exercised": exercised,
+        "clients": ctx.manifest.get("clients"),
+        "claims": {} if ctx.delivery_within_s is None else {"delivery": {
+            "within_s": ctx.delivery_within_s, "undelivered": counts["undelivered_attempts"],
+            "last_heal_s": None if last_heal_ns is None else (last_heal_ns - t0) / NS_PER_S,
+            "leaderless_windows": [{**w, "start_s": (w["start_ns"] - t0) / NS_PER_S,
+                                    "end_s": (w["end_ns"] - t0) / NS_PER_S} for w in leaderless]}},
     }
     metrics["job_seconds"] = round(time.monotonic() - started, 3)
     (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str))

@@ -17,6 +17,16 @@ def pytest_configure(config):
     os.environ.setdefault("KAFKAPROOF_STATE", str(REPO / ".state"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Long tests (whole catalog runs) run only when their marker is asked for: `pytest -m catalog`."""
+    if "catalog" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="long: run it with `pytest -m catalog` (see README, Tests)")
+    for item in items:
+        if "catalog" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

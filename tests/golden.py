@@ -7,6 +7,7 @@ exactly as it reads a real run.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -36,6 +37,8 @@ class Golden:
     manifest_status: str = "complete"
     producers: list[dict[str, Any]] = field(default_factory=lambda: [{"acks": "all"}])
     consumers: list[dict[str, Any]] = field(default_factory=list)
+    claims: dict[str, Any] = field(default_factory=dict)         # scenario claims (e.g. delivery)
+    exercised: list[dict[str, Any]] = field(default_factory=list)  # scenario exercised conditions
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TABLES})
     partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
     analysis_from: str | None = None  # same ledger as that golden: reuse its analysis (only the manifest differs)
@@ -96,12 +99,24 @@ class Golden:
             "ts_ns": ns(t_ms), "event": event, "partitions": partitions, "offsets": None, "success": None,
             "error": None})
 
-    def fault(self, fault_id: str, kind: str, start_ms: float, heal_ms: float | None, target: str = "leader:0") -> None:
-        """An injected fault window."""
+    def fault(self, fault_id: str, kind: str, start_ms: float, heal_ms: float | None, target: str = "leader:0",
+              effect: dict[str, Any] | None = None) -> None:
+        """An injected fault window; `effect` defaults to evidence that it took effect."""
+        if effect is None:
+            effect = {"kill": {"node_states": {"1": "dead"}}, "stop": {"node_states": {"1": "dead"}},
+                      "pause": {"node_states": {"1": "paused"}}}.get(kind, {"proxy_fired": 3, "dropped_packets": 9})
         self.rows["faults"].append({
             "fault_id": fault_id, "kind": kind, "target": target, "nodes": [0], "params": "{}",
             "start_ns": ns(start_ms), "heal_ns": None if heal_ms is None else ns(heal_ms),
-            "start_wall": "2026-01-01T00:00:00Z", "heal_wall": None})
+            "start_wall": "2026-01-01T00:00:00Z", "heal_wall": None, "effect": json.dumps(effect)})
+
+    def snapshot(self, t_ms: float, partition: int, leader: int, isr: list[int], replicas: list[int] | None = None,
+                 live: list[int] | None = None) -> None:
+        """One sample of a partition's leader and ISR."""
+        replicas = replicas or [1, 2, 3]
+        self.rows["cluster_snapshots"].append({
+            "ts_ns": ns(t_ms), "partition": partition, "leader": leader, "replicas": replicas, "isr": isr,
+            "controller": 1, "live_nodes": live if live is not None else replicas})
 
     def proxy_event(self, fault_id: str, phase: str, t_ms: float, partition: int, base_offset: int,
                     record_count: int | None, *, correlation_id: int = 1, topic: str | None = "t") -> None:
@@ -132,12 +147,21 @@ class Golden:
             info = {"low": min(offs, default=0), "high": max(offs, default=-1) + 1, "complete": True}
             info.update(self.partition_overrides.get(p, {}))
             parts[str(p)] = info
+        from kafkaproof.clients import parse_acks
+        clients = {
+            "producers": [{"index": i, "acks": parse_acks(p.get("acks")), "offsets_from_broker": parse_acks(p.get("acks")) != 0}
+                          for i, p in enumerate(self.producers)],
+            "consumers": [{"index": i, "group": c.get("group", "default"),
+                           "isolation_level": c.get("isolation_level", "read_committed")}
+                          for i, c in enumerate(self.consumers)]}
         return {
             "run_id": f"golden-{self.name}",
             "status": self.manifest_status,
             "topic": "t",
             "scenario": {"name": self.name, "guarantee": self.guarantee, "expect": self.expect,
-                         "producers": self.producers, "consumers": self.consumers},
+                         "producers": self.producers, "consumers": self.consumers, "claims": self.claims,
+                         "exercised": self.exercised},
+            "clients": clients,
             "clock": {"monotonic_origin_ns": T0_NS, "wall_origin_ns": WALL0_NS},
             "audit": {"partitions": parts},
             "counts": {t: len(r) for t, r in self.rows.items()},
@@ -177,10 +201,14 @@ def clean() -> Golden:
 
 
 def clean_txn() -> Golden:
-    """Transactions: committed and aborted batches, markers leave offset gaps; nothing wrong."""
-    g = Golden("clean_txn", guarantee="exactly-once",
-               consumers=[{"group": "rc", "isolation_level": "read_committed"},
-                          {"group": "ru", "isolation_level": "read_uncommitted"}])
+    """Transactions: committed and aborted batches, markers leave offset gaps.
+
+    The read_committed consumer skips the aborted records and the markers (no poll skips);
+    the read_uncommitted one reads the aborted records (dirty reads, which at-least-once allows).
+    """
+    g = Golden("clean_txn", consumers=[{"group": "rc", "isolation_level": "read_committed"},
+                                       {"group": "ru", "isolation_level": "read_uncommitted"}],
+               counts={"dirty_reads": 2}, exercised=[{"check": "aborted_in_log", "min": 2}])
     # txn 0 committed at offsets 0,1 (marker 2); txn 1 aborted at 3,4 (marker 5); txn 2 committed at 6,7 (marker 8)
     layout = [(0, "commit", [0, 1]), (1, "abort", [3, 4]), (2, "commit", [6, 7])]
     seq = 0
@@ -196,6 +224,7 @@ def clean_txn() -> Golden:
     recs = sorted((r["offset"], r["value_id"]) for r in g.rows["audit"] if r["isolation"] == "read_uncommitted")
     for i, (o, v) in enumerate(recs):
         g.read(1, 0, o, v, 600 + i)
+    g.value_ids = {"dirty_reads": sorted(r["value_id"] for r in g.rows["sends"] if r["txn_outcome"] == "abort")}
     return g
 
 
@@ -462,6 +491,92 @@ def unknown_values() -> Golden:
     return g
 
 
+def acks0_offsets() -> Golden:
+    """acks=0: librdkafka's reports carry offsets no broker assigned (0, 1, 2, ... per batch).
+
+    They must never count as acknowledged offsets: the bogus offsets collide with the real ones,
+    which would read as inconsistent offsets and ack/offset mismatches. Only the value that is
+    absent from the log counts, as lost_unconfirmed.
+    """
+    g = Golden("acks0_offsets", guarantee="at-most-once", producers=[{"acks": "0"}], consumers=[{"group": "g"}],
+               counts={"lost_unconfirmed": 1}, status="pass")
+    g.event(0, "assign", 0, [0])
+    vids = []
+    for seq in range(6):
+        # The ledger holds what librdkafka reported: offsets counting from 0 again for the second batch.
+        vids.append(g.send(0, seq, seq * 10, offset=seq % 3))
+    for o, v in enumerate(vids[:2] + vids[3:]):
+        g.log(0, 10 + o, v)                     # the real offsets: 10..14; seq 2 never reached the log
+    g.read_all(0, 0, 100)
+    g.value_ids = {"lost_unconfirmed": [vids[2]]}
+    return g
+
+
+def dirty_reads() -> Golden:
+    """The clean_txn history claimed exactly-once: its read_uncommitted consumer processed rolled-back values."""
+    g = clean_txn()
+    g.name, g.guarantee, g.status = "dirty_reads", "exactly-once", "fail"
+    g.analysis_from = "clean_txn"
+    return g
+
+
+def undelivered_attempts() -> Golden:
+    """The E6 incident: the partition's only replica is down from 1 s to 3 s; sends meanwhile time out.
+
+    Every acked value is in the log and read (the guarantee holds), but the application's
+    values sent during the outage never reach its consumer: the delivery claim catches them,
+    and each names the window in which the partition had no live leader.
+    """
+    g = Golden("undelivered_attempts", consumers=[{"group": "g"}], claims={"delivery": {"within_s": 30}},
+               counts={"undelivered_attempts": 4}, status="fail")
+    g.fault("f1", "stop", 1000, 3000)
+    g.event(0, "assign", 0, [0])
+    lost_to_app = []
+    for seq in range(8):
+        t = seq * 500
+        if 1000 <= t < 3000 and seq != 5:
+            lost_to_app.append(g.send(0, seq, t, outcome="indefinite", latency_ms=400, error="_MSG_TIMED_OUT"))
+        elif seq == 5:
+            lost_to_app.append(g.send(0, seq, t, outcome="fail", latency_ms=400, error="_MSG_TIMED_OUT"))
+        else:
+            vid = g.acked(0, seq, t)
+            g.read(0, 0, g._next_offset[0] - 1, vid, t + 20)
+    for t in range(0, 4500, 500):
+        down = 1000 <= t < 3000
+        g.snapshot(t, 0, -1 if down else 1, [] if down else [1], replicas=[1], live=[2, 3] if down else [1, 2, 3])
+    g.value_ids = {"undelivered_attempts": sorted(lost_to_app)}
+    return g
+
+
+def undelivered_fixed() -> Golden:
+    """The fix: the same claim, and every attempted value reaches the consumer; passes."""
+    g = Golden("undelivered_fixed", consumers=[{"group": "g"}], claims={"delivery": {"within_s": 30}}, status="pass")
+    g.fault("f1", "stop", 1000, 3000)
+    g.event(0, "assign", 0, [0])
+    for seq in range(8):
+        vid = g.acked(0, seq, seq * 500, latency_ms=300 if 1000 <= seq * 500 < 3000 else 5)
+        g.read(0, 0, g._next_offset[0] - 1, vid, seq * 500 + 400)
+    g.exercised = [{"check": "leader_change", "partition": 0}]
+    for t, leader in ((0, 1), (500, 1), (1500, 2), (3500, 2)):
+        g.snapshot(t, 0, leader, [1, 2, 3] if t < 1000 else [2, 3])
+    return g
+
+
+def fault_without_effect() -> Golden:
+    """A lost-ack rule that never fired and a leader change that never happened: the run tested nothing.
+
+    The history itself is clean; the verdict must be error (not a pass), naming both.
+    """
+    g = Golden("fault_without_effect", guarantee="exactly-once", status="error",
+               exercised=[{"check": "leader_change", "partition": 0}])
+    g.fault("la", "lost_ack", 10, 50, target="all", effect={"proxy_fired": 0})
+    for seq in range(5):
+        g.acked(0, seq, seq * 10)
+    for t in (0, 20, 40):
+        g.snapshot(t, 0, 1, [1, 2, 3])
+    return g
+
+
 def incomplete_manifest() -> Golden:
     """A clean history whose manifest says the run was interrupted: error, never pass."""
     g = detect_missing()
@@ -474,6 +589,7 @@ GOLDENS: dict[str, Callable[[], Golden]] = {f.__name__: f for f in (
     clean, clean_txn, lost, lost_detected, detect_missing, lost_unconfirmed, unseen, not_delivered, duplicates,
     duplicates_allowed, lost_ack_attribution, redeliveries, aborted_reads, indefinite_landed, inconsistent_offsets, ack_offset_mismatch,
     reordering, reordering_allowed, poll_skips, poll_rewinds, unknown_values, incomplete_manifest,
+    acks0_offsets, dirty_reads, undelivered_attempts, undelivered_fixed, fault_without_effect,
 )}
 
 

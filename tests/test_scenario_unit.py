@@ -139,3 +139,78 @@ def test_hash_covers_what_runs_not_the_words_around_it(tmp_path):
                                                   "explanation": "e"}))
     assert reworded.hash() == s.hash()
     assert s.with_overrides(messages=11).hash() != s.hash() != s.with_overrides(brokers=4).hash()
+
+
+@pytest.mark.parametrize("section, prop, hint", [
+    ("consumers", "isolation.level", "consumers.isolation_level"),
+    ("consumers", "group.id", "consumers.group"),
+    ("consumers", "enable.auto.commit", "consumers.commit"),
+    ("producers", "transactional.id", "producers.transactions"),
+    ("producers", "request.required.acks", "producers.config.acks"),
+    ("producers", "bootstrap.servers", "producers.bootstrap"),
+])
+def test_client_properties_that_duplicate_a_field_are_refused(tmp_path, section, prop, hint):
+    doc = {**MINIMAL, section: {**MINIMAL.get(section, {}), "config": {prop: "x"}}}
+    with pytest.raises(ScenarioError, match=rf"{section}\.config\.{prop}: .*{hint}"):
+        scenario_mod.load(write(tmp_path, doc))
+
+
+def test_effective_clients_are_resolved_once():
+    from kafkaproof.clients import effective_clients
+    data = scenario_mod.validate_document(
+        {**MINIMAL, "producers": {"count": 2, "config": {"acks": "0"}},
+         "consumers": {"count": 1, "isolation_level": "read_uncommitted"}}, "x")
+    clients = effective_clients(data)
+    assert [(p["index"], p["acks"], p["offsets_from_broker"]) for p in clients["producers"]] == [(0, 0, False), (1, 0, False)]
+    assert clients["consumers"][0]["isolation_level"] == "read_uncommitted" and clients["consumers"][0]["group"] == "kp-t"
+    txn = scenario_mod.validate_document({**MINIMAL, "producers": {"transactions": {"batch": 5}}}, "x")
+    assert effective_clients(txn)["producers"][0] | {"config": {}} == {
+        "index": 0, "client": "librdkafka", "acks": -1, "idempotence": True, "transactional": True,
+        "offsets_from_broker": True, "config": {}}
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"faults": [{"at": 1, "kind": "kill", "target": "consumer:0", "after": {"event": "consumer_commit", "consumer": 2}}]},
+     r"faults\[0\]\.after\.consumer: consumer 2 does not exist"),
+    ({"faults": [{"at": 1, "kind": "kill", "target": "leader:0", "after": {"event": "isr_shrunk"}}]},
+     r"faults\[0\]\.after\.partition: required for isr_shrunk"),
+    ({"faults": [{"at": 1, "kind": "kill", "target": "leader:0", "after": {"event": "isr_shrunk", "partition": 0,
+                                                                            "consumer": 0}}]},
+     r"faults\[0\]\.after\.consumer: not a parameter of isr_shrunk"),
+    ({"faults": [{"at": 1, "kind": "kill", "target": "leader:0", "after": {"event": "soon"}}]},
+     r"faults\.0\.after\.event: 'soon' is not allowed; allowed: consumer_commit, isr_shrunk"),
+    ({"exercised": [{"check": "leader_change"}]}, r"exercised\[0\]\.partition: required for leader_change"),
+    ({"exercised": [{"check": "leader_change", "partition": 7}]}, r"exercised\[0\]\.partition: partition 7 does not exist"),
+    ({"exercised": [{"check": "aborted_in_log"}]}, r"exercised\[0\]\.check: aborted_in_log needs producers.transactions"),
+    ({"exercised": [{"check": "isr_shrink", "partition": 0, "before_fault": 3}]},
+     r"exercised\[0\]\.before_fault: faults\[3\] does not exist"),
+    ({"claims": {"delivery": {}}, "consumers": {"count": 0}}, r"claims\.delivery: needs consumers"),
+    ({"claims": {"always": {}}}, r"claims: unknown field\(s\) 'always'; allowed: delivery"),
+    ({"producers": {"transactions": {"batch": 5, "abort": "drop"}}},
+     r"producers\.transactions\.abort: 'drop' is not allowed; allowed: flush, purge"),
+])
+def test_triggers_exercised_conditions_and_claims_are_checked(tmp_path, extra, message):
+    doc = {**MINIMAL, **extra}
+    if "producers" in extra:
+        doc["producers"] = {**MINIMAL["producers"], **extra["producers"]}
+    with pytest.raises(ScenarioError, match=message):
+        scenario_mod.load(write(tmp_path, doc))
+
+
+def test_timeline_keeps_scenario_positions_and_triggers():
+    doc = {**MINIMAL, "faults": [
+        {"at": 5, "kind": "kill", "target": "leader:0"},
+        {"at": 1, "kind": "kill", "target": "consumer:0", "duration": 1,
+         "after": {"event": "consumer_commit", "consumer": 0, "delay_s": 0.1}}]}
+    scn = scenario_mod.Scenario("t", "x", scenario_mod.validate_document(doc, "x"))
+    first, second = scn.timeline()
+    assert (first.index, first.at, second.index) == (1, 1, 0)
+    assert first.after["event"] == "consumer_commit" and first.trigger_timeout_s == 60
+    assert first.describe() == "kill consumer:0 at 1s after consumer_commit 0 + 0.1s for 1s"
+    assert scenario_mod.Scenario("t", "x", scenario_mod.validate_document(
+        {**MINIMAL, "claims": {"delivery": {}}}, "x")).claims == {"delivery": {"within_s": 60.0}}
+
+
+def test_claims_and_exercised_do_not_change_the_hash_of_scenarios_without_them():
+    plain = scenario_mod.Scenario("t", "x", scenario_mod.validate_document(MINIMAL, "x"))
+    assert "claims" not in plain.data and "exercised" not in plain.data

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 
+from . import anomalies
 from .errors import ScenarioError, ValidationFailed
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -28,17 +29,8 @@ CLASSES = ("hard", "incomplete", "info", "soft")
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
 OUTCOMES = ("pass", "detect")
 
-# Value-level kinds and their flag column in analysis/values.parquet.
-VALUE_FLAGS: dict[str, str] = {
-    "lost": "lost",
-    "lost_unconfirmed": "lost_unconfirmed",
-    "unseen": "unseen",
-    "not_delivered": "not_delivered",
-    "duplicates": "duplicate",
-    "aborted_reads": "aborted_read",
-    "indefinite_landed": "indefinite_landed",
-    "unknown_values": "unknown_value",
-}
+# Value-level kinds and their flag column in analysis/values.parquet (the anomaly vocabulary).
+VALUE_FLAGS: dict[str, str] = dict(anomalies.VALUE_FLAGS)
 # Anomaly-row columns GX lists for each unexpected row in Data Docs.
 INDEX_COLUMNS = ["value_id", "partition", "offset"]
 
@@ -70,10 +62,17 @@ class Expect:
 
 @dataclass(frozen=True)
 class Policy:
-    """The loaded policy: kinds (in report order) and the kinds each guarantee allows."""
+    """The loaded policy: kinds (in report order), the kinds each guarantee allows, and what each claim forbids."""
 
     kinds: tuple[Kind, ...]
     allowed_by: Mapping[str, frozenset[str]]
+    forbidden_by_claim: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def check_claims(self, claims: Sequence[str]) -> None:
+        unknown = sorted(set(claims) - set(self.forbidden_by_claim))
+        if unknown:
+            raise ScenarioError(f"scenario.claims: unknown claim(s) {', '.join(unknown)}; "
+                                f"allowed: {', '.join(self.forbidden_by_claim) or 'none'}")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -94,9 +93,10 @@ class Policy:
         self.check_guarantee(guarantee)
         return self.allowed_by[guarantee] | {k.name for k in self.kinds if k.cls == "info"}
 
-    def forbidden(self, guarantee: str) -> tuple[str, ...]:
-        """Kinds whose non-zero count fails a run of this guarantee (hard, and soft not allowed)."""
-        allowed = self.allowed(guarantee)
+    def forbidden(self, guarantee: str, claims: Sequence[str] = ()) -> tuple[str, ...]:
+        """Kinds whose non-zero count fails a run of this guarantee (hard, and soft not allowed) and claims."""
+        self.check_claims(claims)
+        allowed = self.allowed(guarantee) - {k for c in claims for k in self.forbidden_by_claim[c]}
         return tuple(k.name for k in self.kinds if k.cls in ("hard", "soft") and k.name not in allowed)
 
     @property
@@ -140,7 +140,14 @@ def parse_policy(raw: Any, where: str = "policy") -> Policy:
                 raise PolicyError(f"{where}: guarantees.{g}.allowed lists {name!r}, a {by_name[name].cls} kind; "
                                   "only soft kinds can be allowed")
         allowed_by[str(g)] = allowed
-    return Policy(tuple(kinds), allowed_by)
+    forbidden_by_claim: dict[str, frozenset[str]] = {}
+    for claim, spec in (raw.get("claims") or {}).items():
+        forbids = frozenset((spec or {}).get("forbids") or [])
+        for name in sorted(forbids):
+            if name not in by_name or by_name[name].cls != "soft":
+                raise PolicyError(f"{where}: claims.{claim}.forbids lists {name!r}, which is not a soft kind")
+        forbidden_by_claim[str(claim)] = forbids
+    return Policy(tuple(kinds), allowed_by, forbidden_by_claim)
 
 
 def normalize_expect(expect: Any, policy: Policy) -> Expect:
@@ -179,9 +186,10 @@ class Judgement:
     ok: bool                 # this row does not fail the run
 
 
-def judge(counts: Mapping[str, int], policy: Policy, guarantee: str, expect: Expect) -> list[Judgement]:
+def judge(counts: Mapping[str, int], policy: Policy, guarantee: str, expect: Expect,
+          claims: Sequence[str] = ()) -> list[Judgement]:
     """Per-kind verdict rows. In a negative control only the listed kinds decide (and unseen)."""
-    forbidden = set(policy.forbidden(guarantee))
+    forbidden = set(policy.forbidden(guarantee, claims))
     rows = []
     for name in policy.names:
         n = int(counts.get(name, 0) or 0)
@@ -200,19 +208,20 @@ def judge(counts: Mapping[str, int], policy: Policy, guarantee: str, expect: Exp
 
 # --------------------------------------------------------------------------- suites
 
-def suite_name(frame: str, guarantee: str, expect: Expect) -> str:
-    """kafkaproof.<frame>.<guarantee>, or ...detect-<kinds> for a negative control."""
+def suite_name(frame: str, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> str:
+    """kafkaproof.<frame>.<guarantee>[+<claim>...], or ...detect-<kinds> for a negative control."""
     tail = guarantee if not expect.is_control else "detect-" + "+".join(expect.detect)
-    return f"kafkaproof.{frame}.{tail}"
+    return f"kafkaproof.{frame}.{tail}" + "".join(f"+{c}" for c in sorted(claims))
 
 
 def _exp(type_: str, meta: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
     return {"type": type_, "kwargs": kwargs, "meta": dict(meta)}
 
 
-def counts_suite(policy: Policy, guarantee: str, expect: Expect) -> dict[str, Any]:
+def counts_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, Any]:
     """Suite over the one-row counts frame (one column per kind): the verdict itself."""
-    allowed = policy.allowed(guarantee)
+    forbidden = set(policy.forbidden(guarantee, claims))
+    what = guarantee + "".join(f" + claim {c}" for c in sorted(claims))
     exps = []
     for k in policy.kinds:
         meta = {"anomaly": k.name, "class": k.cls, "summary": k.summary}
@@ -222,34 +231,39 @@ def counts_suite(policy: Policy, guarantee: str, expect: Expect) -> dict[str, An
         elif expect.is_control and k.name in expect.detect:
             exps.append(_exp("expect_column_values_to_be_between", {**meta, "rule": "negative control: must be detected"},
                              column=k.name, min_value=1))
-        elif not expect.is_control and k.name not in allowed:
-            exps.append(_exp("expect_column_values_to_be_between", {**meta, "rule": f"forbidden by {guarantee}"},
+        elif not expect.is_control and k.name in forbidden:
+            exps.append(_exp("expect_column_values_to_be_between", {**meta, "rule": f"forbidden by {what}"},
                              column=k.name, min_value=0, max_value=0))
         else:
             why = "not decisive in a negative control" if expect.is_control else (
-                "informational" if k.cls == "info" else f"allowed by {guarantee}")
+                "informational" if k.cls == "info" else f"allowed by {what}")
             exps.append(_exp("expect_column_values_to_be_between", {**meta, "rule": why}, column=k.name, min_value=0))
-    return {"name": suite_name("counts", guarantee, expect), "expectations": exps,
-            "meta": {"guarantee": guarantee, "expect": {"outcome": expect.outcome, "detect": list(expect.detect)},
-                     "generated_from": "expectations/policy.yaml"}, "notes": None}
+    meta = {"guarantee": guarantee, "expect": {"outcome": expect.outcome, "detect": list(expect.detect)},
+            "generated_from": "expectations/policy.yaml"}
+    if claims:
+        meta["claims"] = sorted(claims)
+    return {"name": suite_name("counts", guarantee, expect, claims), "expectations": exps, "meta": meta,
+            "notes": None}
 
 
-def anomalies_suite(policy: Policy, guarantee: str, expect: Expect) -> dict[str, Any]:
+def anomalies_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, Any]:
     """Suite over anomalies.parquet rows: every row's kind must be tolerated (Data Docs list the offenders)."""
     if expect.is_control:
         exps = [_exp("expect_column_distinct_values_to_contain_set", {"rule": "negative control: each listed kind found"},
                      column="kind", value_set=sorted(expect.detect))]
     else:
-        ok_kinds = sorted(policy.allowed(guarantee))
-        exps = [_exp("expect_column_values_to_be_in_set", {"rule": f"kinds tolerated by {guarantee}"},
+        forbidden = set(policy.forbidden(guarantee, claims))
+        ok_kinds = sorted(k for k in policy.names if k not in forbidden and policy.kind(k).cls != "incomplete")
+        what = guarantee + "".join(f" + claim {c}" for c in sorted(claims))
+        exps = [_exp("expect_column_values_to_be_in_set", {"rule": f"kinds tolerated by {what}"},
                      column="kind", value_set=ok_kinds)]
     exps.append(_exp("expect_column_values_to_be_in_set", {"rule": "known anomaly kinds"},
                      column="kind", value_set=sorted(policy.names)))
-    return {"name": suite_name("anomalies", guarantee, expect), "expectations": exps,
+    return {"name": suite_name("anomalies", guarantee, expect, claims), "expectations": exps,
             "meta": {"guarantee": guarantee, "generated_from": "expectations/policy.yaml"}, "notes": None}
 
 
-def values_suite(policy: Policy, guarantee: str, expect: Expect) -> dict[str, Any]:
+def values_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, Any]:
     """Suite over values.parquet: structure, plus one flag check per forbidden value-level kind."""
     exps = [
         _exp("expect_column_values_to_not_be_null", {"rule": "every value has an id"}, column="value_id"),
@@ -259,21 +273,21 @@ def values_suite(policy: Policy, guarantee: str, expect: Expect) -> dict[str, An
         _exp("expect_column_values_to_be_between", {"rule": "counts are non-negative"}, column="log_count", min_value=0),
     ]
     if not expect.is_control:
-        for name in policy.forbidden(guarantee) + policy.incomplete:
+        for name in policy.forbidden(guarantee, claims) + policy.incomplete:
             if name in VALUE_FLAGS:
                 exps.append(_exp("expect_column_values_to_be_in_set",
                                  {"anomaly": name, "rule": f"forbidden by {guarantee}"},
                                  column=VALUE_FLAGS[name], value_set=[False]))
-    return {"name": suite_name("values", guarantee, expect), "expectations": exps,
+    return {"name": suite_name("values", guarantee, expect, claims), "expectations": exps,
             "meta": {"guarantee": guarantee, "generated_from": "expectations/policy.yaml"}, "notes": None}
 
 
 SUITE_BUILDERS = {"counts": counts_suite, "anomalies": anomalies_suite, "values": values_suite}
 
 
-def suites(policy: Policy, guarantee: str, expect: Expect) -> dict[str, dict[str, Any]]:
+def suites(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
     """frame name -> suite spec, for one scenario."""
-    return {frame: build(policy, guarantee, expect) for frame, build in SUITE_BUILDERS.items()}
+    return {frame: build(policy, guarantee, expect, claims) for frame, build in SUITE_BUILDERS.items()}
 
 
 def write_suites(policy: Policy, out_dir: Path = SUITES_DIR) -> list[Path]:

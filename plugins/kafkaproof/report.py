@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 import pyarrow.parquet as pq
 
+from . import anomalies
 from .ledger import MANIFEST, TABLES, split_value_id
 
 NS_PER_S = 1_000_000_000
@@ -36,38 +37,7 @@ TREND_RUNS = 20
 MAX_PARTITION_LANES = 12
 MAX_CONSUMER_LANES = 6
 
-# Anomaly kinds in report order (spark/analyze.py KINDS) with a plain sentence for one and
-# for many; `{n}` is the formatted count.
-KIND_SENTENCES: dict[str, tuple[str, str]] = {
-    "lost": ("1 acknowledged value was lost: it is not in the log after the faults healed.",
-             "{n} acknowledged values were lost: they are not in the log after the faults healed."),
-    "lost_unconfirmed": ("1 value sent with acks=0 never reached the log (no broker acknowledged it).",
-                         "{n} values sent with acks=0 never reached the log (no broker acknowledged them)."),
-    "unseen": ("1 acknowledged value could not be checked: the final drain never reached its offset.",
-               "{n} acknowledged values could not be checked: the final drain never reached their offsets."),
-    "not_delivered": ("1 value in the log was never delivered to the consumer group.",
-                      "{n} values in the log were never delivered to the consumer group."),
-    "duplicates": ("1 value is in the log more than once.", "{n} values are in the log more than once."),
-    "redeliveries": ("1 offset was delivered to the consumer group more than once.",
-                     "{n} offsets were delivered to the consumer group more than once."),
-    "aborted_reads": ("1 value of an aborted transaction or failed send was visible to read_committed readers.",
-                      "{n} values of aborted transactions or failed sends were visible to read_committed readers."),
-    "indefinite_landed": ("1 send that ended without a definite answer did land in the log.",
-                          "{n} sends that ended without a definite answer did land in the log."),
-    "inconsistent_offsets": ("1 offset holds different values for different observers (ack, consumer, log).",
-                             "{n} offsets hold different values for different observers (ack, consumer, log)."),
-    "ack_offset_mismatch": ("1 acknowledgement named an offset where the log holds another value or none.",
-                            "{n} acknowledgements named offsets where the log holds another value or none."),
-    "reordering": ("1 value landed before an earlier value of the same producer.",
-                   "{n} values landed before earlier values of the same producer."),
-    "poll_skips": ("A consumer skipped over existing records once, without a rebalance.",
-                   "Consumers skipped over existing records {n} times, without a rebalance."),
-    "poll_rewinds": ("A consumer went back to earlier offsets once, without a rebalance.",
-                     "Consumers went back to earlier offsets {n} times, without a rebalance."),
-    "unknown_values": ("1 value in the log was never recorded as sent.",
-                       "{n} values in the log were never recorded as sent."),
-}
-KINDS: tuple[str, ...] = tuple(KIND_SENTENCES)
+KINDS: tuple[str, ...] = anomalies.KINDS  # report order
 
 FAULT_COLORS: dict[str, str] = {
     "kill": "#d62728", "stop": "#e377c2", "pause": "#9467bd", "restart": "#8c564b",
@@ -183,8 +153,7 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 
 def anomaly_sentence(kind: str, n: int) -> str:
     """One plain sentence saying what `n` anomalies of `kind` mean."""
-    one, many = KIND_SENTENCES.get(kind, (f"1 anomaly of kind {kind}.", f"{{n}} anomalies of kind {kind}."))
-    return one if n == 1 else many.format(n=f"{n:,}")
+    return anomalies.sentence(kind, n)
 
 
 def wall_time(ns: Any) -> str:
@@ -451,7 +420,7 @@ def tolerated_lines(rows: Sequence[Mapping[str, Any]], counts: Mapping[str, int]
 
 def ordered_kinds(counts: Mapping[str, int]) -> list[str]:
     """Kinds in report order, unknown ones last."""
-    return [k for k in KINDS if k in counts] + sorted(k for k in counts if k not in KIND_SENTENCES)
+    return [k for k in KINDS if k in counts] + sorted(k for k in counts if k not in anomalies.BY_NAME)
 
 
 def build_verdict(manifest: Mapping[str, Any] | None, validation: Mapping[str, Any] | None,
@@ -842,6 +811,18 @@ def attribution_text(metrics: Mapping[str, Any] | None, kind: str) -> str | None
             f"lost in a reset its Produce response; {fmt_int(att['unacknowledged_writes'])} such writes, "
             f"{fmt_int(att.get('unacknowledged_records'))} records): {faults or 'none'}; "
             f"not explained by a proxy action: {fmt_int(k.get('unattributed', 0))}.")
+
+
+def delivery_text(metrics: Mapping[str, Any] | None) -> str | None:
+    """One sentence: how many attempted values never reached the application, and why (the delivery claim)."""
+    claim = (((metrics or {}).get("claims") or {}).get("delivery"))
+    if not claim or not claim.get("undelivered"):
+        return None
+    windows = claim.get("leaderless_windows") or []
+    why = "; ".join(f"partition {w['partition']} had no live leader from t={w['start_s']:.1f}s to t={w['end_s']:.1f}s"
+                    for w in windows[:4]) or "no partition was without a leader: see each value's send outcome"
+    return (f"{anomalies.sentence('undelivered_attempts', int(claim['undelivered']))[:-1]}"
+            f" within {fmt_num(claim.get('within_s'), 0)} s after the faults healed: {why}.")
 
 
 def offsets_text(r: Mapping[str, Any]) -> str:
@@ -1497,6 +1478,7 @@ a{color:#1a5fb4}
 .verdict ul{margin:6px 0 0;padding-left:20px}
 .verdict li{margin:3px 0}
 .verdict li.bad{font-weight:600}
+.held{color:#2ca02c}.notmet{color:#d62728;font-weight:600}
 .verdict li.good::marker{content:"✔ "}.verdict>div{opacity:.95}.verdict li.bad::marker{content:"✘ "}
 .verdict li.warn::marker{content:"! "}.verdict li.info::marker{content:"• "}
 .card{background:#fff;border:1px solid #e1e3e8;border-radius:8px;padding:12px 16px;margin:10px 0}
@@ -1701,7 +1683,8 @@ def section_anomalies(v: RunView, examples: int) -> Markup:
         out.append(tag("p", "Checked and not found: " + ", ".join(zero) + ".", class_="sub"))
     for ks in v.kinds:
         out.append(tag("h3", f"{ks.kind}: {fmt_int(ks.count)} — examples (up to {examples})"))
-        causes = attribution_text(v.data.metrics, ks.kind)
+        causes = attribution_text(v.data.metrics, ks.kind) or (
+            delivery_text(v.data.metrics) if ks.kind == "undelivered_attempts" else None)
         if causes:
             out.append(tag("p", causes, class_="sub"))
         rows = [(fmt_value_id(e.get("value_id")), fmt_int(e.get("partition")), e.get("offsets", "–"),
@@ -1709,6 +1692,24 @@ def section_anomalies(v: RunView, examples: int) -> Markup:
                 for e in ks.examples]
         out.append(table(["value id", "partition", "offset(s)", "time", "fault active then", "detail"], rows,
                          numeric=[1, 2, 3]) if rows else none_note("no examples recorded"))
+    return join(out)
+
+
+def section_exercised(v: RunView) -> Markup:
+    """Which faults took effect and which of the scenario's conditions held: a verdict means nothing without them."""
+    results = list(((v.data.metrics or {}).get("exercised")) or [])
+    out = [tag("h2", "Was the check exercised?", id="exercised")]
+    if not results:
+        out.append(none_note("No faults and no conditions to check." if v.data.metrics is not None
+                             else "Not analysed."))
+        return join(out)
+    rows = [(Markup(tag("span", "held" if r.get("held") else "NOT MET", class_="held" if r.get("held") else "notmet")),
+             Markup(tag("code", r.get("check", "?"))), r.get("subject", ""), r.get("evidence", ""), r.get("why", ""))
+            for r in results]
+    out.append(table(["", "check", "of", "evidence", "why it matters"], rows))
+    if any(not r.get("held") for r in results):
+        out.append(tag("p", "A condition not met makes the run an error: the faults did not do what the scenario "
+                            "needs, so its verdict would mean nothing.", class_="sub"))
     return join(out)
 
 
@@ -1931,11 +1932,12 @@ def section_trend(v: RunView) -> Markup:
 def render_run(v: RunView, examples: int) -> str:
     """The run report page."""
     nav = tag("div", join([link(f"#{a}", t) for a, t in (
-        ("timeline", "timeline"), ("anomalies", "anomalies"), ("outcomes", "outcomes"), ("errors", "errors"),
+        ("timeline", "timeline"), ("anomalies", "anomalies"), ("exercised", "exercised"), ("outcomes", "outcomes"),
+        ("errors", "errors"),
         ("recovery", "recovery"), ("latency", "latency"), ("scenario", "scenario"), ("cluster", "cluster"),
         ("files", "files"), ("trend", "trend"))], " · "), class_="sub")
     body = [section_header(v), nav, section_verdict(v), section_explanation(v), section_problems(v),
-            section_timeline(v), section_anomalies(v, examples),
+            section_timeline(v), section_anomalies(v, examples), section_exercised(v),
             tag("div", [tag("div", section_outcomes(v)), tag("div", section_errors(v))], class_="grid2"),
             section_recovery(v), section_latency(v), section_scenario(v), section_environment(v),
             section_trend(v), section_links(v)]
@@ -2036,6 +2038,15 @@ def summary_problems(s: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def summary_notes(s: Mapping[str, Any]) -> list[str]:
+    """What only warns (never fails the gate): drift on a thin baseline, unstable metrics, new allowed kinds."""
+    notes = [f"warning: {w}" for w in s.get("warnings") or []]
+    baseline = s.get("baseline") or ""
+    if " of " in baseline:  # a thin baseline: no regression verdict yet
+        notes.append(baseline)
+    return notes
+
+
 def summary_report(s: Mapping[str, Any]) -> Path | None:
     """The run report of a summary: its `report`, else `<run_dir>/report/index.html` if it exists."""
     if s.get("report"):
@@ -2073,7 +2084,7 @@ def batch_rows(summaries: Sequence[Mapping[str, Any]], previous: Mapping[tuple[s
             name + tag("div", s.get("run_id") or "no run", class_="detail"),
             s.get("kafka_version") or "–", f"{s.get('guarantee') or '–'} / {expect}", badge(s.get("verdict")),
             Markup(tag("span", text, class_=f"chg {cls}") + prev_link),
-            problems_cell(summary_problems(s)),
+            problems_cell(summary_problems(s) + summary_notes(s)),
             nonzero_anomalies(s), fmt_num(k["recovery_s"], 1, "s"), fmt_ms(k["p99_ms"]),
             link(rel_href(report, here), "report") if report else "no report"))
     return rows
@@ -2097,13 +2108,15 @@ def render_batch(summaries: Sequence[Mapping[str, Any]], batch_id: str, previous
     worst = max((VERDICT_RANK.get(s.get("verdict") or "error", 2) for s in summaries), default=2)
     status = {0: "pass", 1: "fail", 2: "error"}[worst]
     regressions = sum(len(s.get("regressions") or []) for s in summaries)
+    warnings = sum(len(s.get("warnings") or []) for s in summaries)
     changes = [(s, change_since((previous.get((s["scenario"], s.get("label"))) or {}).get("verdict"),
                                 s.get("verdict") or "error")) for s in sort_summaries(summaries)]
     moved = [f"{s['scenario']}: {text}" for s, (text, cls) in changes if cls in ("worse", "better")
              and not text.startswith("still")]
     head = [tag("h1", f"Batch {batch_id}"), tag("div", f"generated {now_utc()}", class_="sub"),
             tag("section", [tag("h2", f"{status.upper()}: {verdict_counts(summaries)}"
-                                      + (f", {plural(regressions, 'regression')}" if regressions else "")),
+                                      + (f", {plural(regressions, 'regression')}" if regressions else "")
+                                      + (f", {plural(warnings, 'warning')} (not failing)" if warnings else "")),
                             bullets(moved) if moved else tag("div", "No verdict changed since the previous batch."
                                                              if not history_error else history_error)],
                 class_=f"verdict {status}")]

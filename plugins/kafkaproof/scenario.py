@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from .anomalies import EXPECTABLE
+from .clients import ClientConfigError, config_conflicts, parse_acks
 from .errors import FaultError, ScenarioError
 from .faults import FAULT_KINDS, PROXY_KINDS, FaultSpec
 from .install import DEFAULT_KAFKA_VERSION, check_version
@@ -21,12 +23,17 @@ from .install import DEFAULT_KAFKA_VERSION, check_version
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
 # Anomalies a negative control may expect (docs/analysis.md defines them). Not `unseen`: a run
 # with unseen values is incomplete, never judged; not `indefinite_landed`: informational only.
-ANOMALIES = ("lost", "lost_unconfirmed", "not_delivered", "duplicates", "redeliveries", "aborted_reads",
-             "inconsistent_offsets", "ack_offset_mismatch", "reordering", "poll_skips", "poll_rewinds",
-             "unknown_values")
+ANOMALIES = EXPECTABLE
 COMMIT_STRATEGIES = ("auto", "sync", "async", "before")
 KEY_DISTRIBUTIONS = ("none", "single", "uniform", "sequential")
 CONSUMER_FAULT_KINDS = ("kill", "stop", "pause")
+# What a fault may wait for after its `at` (faults[].after.event): the state it needs, not the clock.
+TRIGGER_EVENTS = ("consumer_commit", "isr_shrunk")
+# Conditions a scenario states to make its check meaningful (exercised[].check); docs/analysis.md defines them.
+EXERCISE_CHECKS = ("leader_change", "isr_shrink", "proxy_phase", "aborted_in_log", "consumer_restarted", "send_errors")
+TRANSACTION_ABORT_MODES = ("flush", "purge")
+DEFAULT_TRIGGER_TIMEOUT_S = 60.0
+DEFAULT_DELIVERY_WITHIN_S = 60.0
 MAX_BROKERS = 9
 PRESENTATION_FIELDS = ("description", "explanation", "tags")  # not part of what a scenario runs
 
@@ -92,7 +99,12 @@ SCHEMA: dict[str, Any] = {
                 "config": _CONFIG_MAP,
                 "transactions": {"type": "object", "additionalProperties": False, "required": ["batch"],
                                  "properties": {"batch": {"type": "integer", "minimum": 1},
-                                                "abort_probability": {"type": "number", "minimum": 0, "maximum": 1}}},
+                                                "abort_probability": {"type": "number", "minimum": 0, "maximum": 1},
+                                                "abort": {"enum": list(TRANSACTION_ABORT_MODES),
+                                                          "description": "flush (default): an aborted transaction's "
+                                                                         "records are written, then aborted (they sit "
+                                                                         "in the log between markers); purge: aborted "
+                                                                         "while still queued, so they are never sent"}}},
             }},
         "consumers": {
             "type": "object", "additionalProperties": False,
@@ -116,9 +128,48 @@ SCHEMA: dict[str, Any] = {
                                                 "description": "node:<id>, broker:<id>, leader:<p>, all, ... "
                                                                "(resolved when injected)"},
                                      "duration": {"type": "number", "minimum": 0,
-                                                  "description": "heal after this many seconds (default: when producers finish)"},
+                                                  "description": "heal this many seconds after the injection "
+                                                                 "(default: when producers finish)"},
+                                     "after": {
+                                         "type": "object", "additionalProperties": False, "required": ["event"],
+                                         "description": "from `at` on, wait for this state before injecting",
+                                         "properties": {
+                                             "event": {"enum": list(TRIGGER_EVENTS)},
+                                             "consumer": {"type": "integer", "minimum": 0,
+                                                          "description": "consumer_commit: whose next commit"},
+                                             "partition": {"type": "integer", "minimum": 0,
+                                                           "description": "isr_shrunk: the partition"},
+                                             "delay_s": {"type": "number", "minimum": 0,
+                                                         "description": "then wait this long (default 0)"},
+                                             "timeout_s": {"type": "number", "exclusiveMinimum": 0,
+                                                           "description": "give up (the run is an error) after "
+                                                                          "this long (default 60)"}}},
                                      "params": {"type": "object",
                                                 "description": "kind-specific; see `kafkaproof fault list --kinds`"}}}},
+        "claims": {
+            "type": "object", "additionalProperties": False,
+            "description": "application-level claims judged besides the guarantee",
+            "properties": {
+                "delivery": {
+                    "type": "object", "additionalProperties": False,
+                    "description": "every value the application attempted to send (any outcome) reaches every "
+                                   "consumer group, the application re-sending nothing beyond what the client does",
+                    "properties": {"within_s": {"type": "number", "exclusiveMinimum": 0,
+                                                "description": "read at most this long after the last fault "
+                                                               "healed (or after it was sent, if later); default 60"}}}}},
+        "exercised": {
+            "type": "array",
+            "description": "conditions that make the scenario's check meaningful; one not met makes the run an error",
+            "items": {"type": "object", "additionalProperties": False, "required": ["check"],
+                      "properties": {"check": {"enum": list(EXERCISE_CHECKS)},
+                                     "partition": {"type": "integer", "minimum": 0},
+                                     "consumer": {"type": "integer", "minimum": 0},
+                                     "phase": {"type": "string", "description": "proxy_phase: a proxy_events phase"},
+                                     "outcome": {"enum": ["fail", "indefinite", "any"]},
+                                     "min": {"type": "integer", "minimum": 1},
+                                     "before_fault": {"type": "integer", "minimum": 0,
+                                                      "description": "isr_shrink: seen before faults[i] was injected"},
+                                     "why": {"type": "string"}}}},
         "drain": {"type": "object", "additionalProperties": False,
                   "properties": {"timeout_s": {"type": "number", "exclusiveMinimum": 0},
                                  "settle_s": {"type": "number", "minimum": 0}}},
@@ -147,10 +198,27 @@ class TimelineFault:
     at: float
     spec: FaultSpec
     duration: float | None
+    index: int = 0  # position in the scenario's `faults` list
+    after: dict[str, Any] | None = None  # trigger: the state to wait for from `at` on
 
     @property
     def on_consumer(self) -> bool:
         return self.spec.target.startswith("consumer:")
+
+    @property
+    def trigger_timeout_s(self) -> float:
+        return float((self.after or {}).get("timeout_s", DEFAULT_TRIGGER_TIMEOUT_S))
+
+    def describe(self) -> str:
+        """One line: what, on what, when (for logs and progress)."""
+        when = f"at {self.at:g}s"
+        if self.after:
+            who = self.after.get("consumer", self.after.get("partition"))
+            when += f" after {self.after['event']}" + (f" {who}" if who is not None else "")
+            if self.after.get("delay_s"):
+                when += f" + {self.after['delay_s']:g}s"
+        target = self.spec.target or self.spec.params.get("groups")
+        return f"{self.spec.kind} {target} {when}" + (f" for {self.duration:g}s" if self.duration is not None else "")
 
 
 @dataclass(frozen=True)
@@ -175,9 +243,23 @@ class Scenario:
     def topic(self) -> str:
         return self.data["topic"]["name"]
 
+    @property
+    def claims(self) -> dict[str, Any]:
+        """Application-level claims (`claims.delivery`), with defaults filled in; {} when none."""
+        claims = dict(self.data.get("claims") or {})
+        if "delivery" in claims:
+            claims["delivery"] = {"within_s": DEFAULT_DELIVERY_WITHIN_S, **(claims["delivery"] or {})}
+        return claims
+
+    @property
+    def exercised(self) -> list[dict[str, Any]]:
+        """The scenario's own exercised conditions (each fault kind adds its default check in the analysis)."""
+        return [dict(c) for c in self.data.get("exercised") or []]
+
     def timeline(self) -> list[TimelineFault]:
         return sorted((TimelineFault(f["at"], FaultSpec(f["kind"], f.get("target", ""), f.get("params", {})),
-                                     f.get("duration")) for f in self.data["faults"]), key=lambda t: t.at)
+                                     f.get("duration"), i, f.get("after"))
+                       for i, f in enumerate(self.data["faults"])), key=lambda t: (t.at, t.index))
 
     def hash(self) -> str:
         """Stable hash of what the scenario runs (history compares runs of equal hashes).
@@ -283,6 +365,13 @@ def _check_semantics(data: dict, source: str) -> None:
             fail("producers.bootstrap", f"broker {b} does not exist; brokers are 1..{brokers}")
     if prod.get("transactions") and str(prod["config"].get("enable.idempotence", "true")).lower() == "false":
         fail("producers.config.enable.idempotence", "transactions need idempotence; remove enable.idempotence=false")
+    for role in ("producers", "consumers"):
+        for name, use in config_conflicts(role, data[role]["config"]):
+            fail(f"{role}.config.{name}", use)
+    try:
+        parse_acks(prod["config"].get("acks"))
+    except ClientConfigError as e:
+        fail("producers.config.acks", str(e))
     cons = data["consumers"]
     if cons["count"] and cons["mode"] == "subscribe":
         cons.setdefault("group", f"kp-{data['name']}")
@@ -298,6 +387,8 @@ def _check_semantics(data: dict, source: str) -> None:
     for i, f in enumerate(data["faults"]):
         where = f"faults[{i}]"
         target = f.get("target", "")
+        if f.get("after"):
+            _check_trigger(f["after"], f"{where}.after", data, fail)
         if target.startswith("consumer:"):
             if f["kind"] not in CONSUMER_FAULT_KINDS:
                 fail(f"{where}.kind", f"{f['kind']!r} cannot target a consumer; allowed: {', '.join(CONSUMER_FAULT_KINDS)}")
@@ -326,6 +417,64 @@ def _check_semantics(data: dict, source: str) -> None:
             if any(n > brokers for n in named) or (target == "controller" and controllers):
                 fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
                                         f"(1..{brokers}): they act on the clients' requests")
+
+
+    for i, cond in enumerate(data.get("exercised") or []):
+        _check_exercise(cond, f"exercised[{i}]", data, fail)
+    if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
+        fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
+
+
+def _check_trigger(after: dict, where: str, data: dict, fail) -> None:
+    event = after["event"]
+    needs = {"consumer_commit": "consumer", "isr_shrunk": "partition"}[event]
+    extra = sorted(set(after) - {"event", needs, "delay_s", "timeout_s"})
+    if extra:
+        fail(f"{where}.{extra[0]}", f"not a parameter of {event}; allowed: {needs}, delay_s, timeout_s")
+    if needs not in after:
+        fail(f"{where}.{needs}", f"required for {event}")
+    if event == "consumer_commit" and after["consumer"] >= data["consumers"]["count"]:
+        fail(f"{where}.consumer", f"consumer {after['consumer']} does not exist; consumers are "
+                                  f"0..{data['consumers']['count'] - 1}")
+    if event == "isr_shrunk":
+        if after["partition"] >= data["topic"]["partitions"]:
+            fail(f"{where}.partition", f"partition {after['partition']} does not exist; the topic has partitions "
+                                       f"0..{data['topic']['partitions'] - 1}")
+        if data["topic"]["replication_factor"] < 2:
+            fail(f"{where}.event", "isr_shrunk needs a replicated topic (topic.replication_factor >= 2)")
+
+
+# exercised[].check -> (parameters it needs, parameters it may take)
+_EXERCISE_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "leader_change": (("partition",), ()),
+    "isr_shrink": (("partition",), ("before_fault",)),
+    "proxy_phase": (("phase",), ("min",)),
+    "aborted_in_log": ((), ("min",)),
+    "consumer_restarted": (("consumer",), ()),
+    "send_errors": ((), ("outcome", "min")),
+}
+
+
+def _check_exercise(cond: dict, where: str, data: dict, fail) -> None:
+    check = cond["check"]
+    needs, may = _EXERCISE_PARAMS[check]
+    for name in needs:
+        if name not in cond:
+            fail(f"{where}.{name}", f"required for {check}")
+    extra = sorted(set(cond) - {"check", "why", *needs, *may})
+    if extra:
+        fail(f"{where}.{extra[0]}", f"not a parameter of {check}; allowed: {', '.join(needs + may) or 'none'}")
+    if "partition" in cond and cond["partition"] >= data["topic"]["partitions"]:
+        fail(f"{where}.partition", f"partition {cond['partition']} does not exist; the topic has partitions "
+                                   f"0..{data['topic']['partitions'] - 1}")
+    if "consumer" in cond and cond["consumer"] >= data["consumers"]["count"]:
+        fail(f"{where}.consumer", f"consumer {cond['consumer']} does not exist")
+    if "before_fault" in cond and cond["before_fault"] >= len(data["faults"]):
+        fail(f"{where}.before_fault", f"faults[{cond['before_fault']}] does not exist")
+    if check == "aborted_in_log" and not data["producers"].get("transactions"):
+        fail(f"{where}.check", "aborted_in_log needs producers.transactions")
+    if check == "proxy_phase" and not data["cluster"].get("proxy"):
+        fail(f"{where}.check", "proxy_phase needs the fault proxy (a proxy fault, or cluster.proxy: true)")
 
 
 def load(path: str | Path) -> Scenario:

@@ -68,6 +68,8 @@ class ValidationResult:
     errors: list[str]
     suites: dict[str, bool]          # GX suite name -> success
     data_docs: Path | None
+    claims: list[str] = field(default_factory=list)       # application-level claims judged besides the guarantee
+    exercised: list[dict[str, Any]] = field(default_factory=list)  # the analysis' "did the check bite" results
 
     @property
     def failing(self) -> list[AnomalyRow]:
@@ -110,7 +112,14 @@ def run_errors(manifest: Mapping[str, Any], metrics: Mapping[str, Any], policy: 
         errors.append("manifest has no audit.partitions: the final drain was not recorded")
     if metrics.get("unhealed_faults"):
         errors.append(f"fault(s) never healed: {', '.join(metrics['unhealed_faults'])}")
+    for r in not_exercised(metrics):
+        errors.append(f"not exercised: {r['check']} {r['subject']}: {r['evidence']}; the run tested nothing it claims")
     return errors
+
+
+def not_exercised(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The analysis' exercised checks that did not hold: a fault without effect, a condition not met."""
+    return [r for r in metrics.get("exercised") or [] if not r.get("held")]
 
 
 def counts_frame(counts: Mapping[str, int], policy: Policy):
@@ -230,6 +239,8 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     scenario = manifest.get("scenario") or {}
     guarantee = guarantee or scenario.get("guarantee") or "at-least-once"
     policy.check_guarantee(guarantee)
+    claims = sorted((scenario.get("claims") or {}).keys())
+    policy.check_claims(claims)
     exp = normalize_expect(expect if expect is not None else manifest.get("expect", scenario.get("expect")), policy)
     out_dir = run_dir / VALIDATION_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -238,7 +249,7 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     try:
         metrics = read_metrics(run_dir)
     except LedgerError as exc:
-        result = ValidationResult(run_dir, False, "error", guarantee, expect_dict, [], [str(exc)], {}, None)
+        result = ValidationResult(run_dir, False, "error", guarantee, expect_dict, [], [str(exc)], {}, None, claims)
         return _save(result)
 
     counts = metrics.get("counts", {})
@@ -250,9 +261,9 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     examples = anomaly_examples(anomalies)
     rows = [AnomalyRow(j.anomaly, j.count, j.allowed, j.expected_detected, j.ok, policy.kind(j.anomaly).cls,
                        policy.kind(j.anomaly).summary, examples.get(j.anomaly, []))
-            for j in judge(counts, policy, guarantee, exp)]
+            for j in judge(counts, policy, guarantee, exp, claims)]
 
-    specs = suites(policy, guarantee, exp)
+    specs = suites(policy, guarantee, exp, claims)
     frames = {"counts": counts_frame(counts, policy), "anomalies": anomalies, "values": values_frame(run_dir, policy)}
     docs_dir = out_dir / "data_docs"
     suite_results = run_checkpoints(frames, specs, docs_dir, build_docs=data_docs)
@@ -265,7 +276,8 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     status = "error" if errors else ("pass" if gx_ok and policy_ok else "fail")
     index = docs_dir / "index.html"
     result = ValidationResult(run_dir, status == "pass", status, guarantee, expect_dict, rows, errors,
-                              suite_results, index if data_docs and index.exists() else None)
+                              suite_results, index if data_docs and index.exists() else None, claims,
+                              list(metrics.get("exercised") or []))
     return _save(result)
 
 
@@ -281,6 +293,8 @@ def _save(result: ValidationResult) -> ValidationResult:
 def format_result(result: ValidationResult, *, all_rows: bool = False) -> str:
     """Human summary for the CLI: verdict, then which anomalies, how many, example value ids."""
     head = f"{result.status.upper()}  {result.run_dir.name}  guarantee={result.guarantee}"
+    if result.claims:
+        head += f"  claims={','.join(result.claims)}"
     if result.expect.get("outcome") == "detect":
         head += f"  negative control: detect {', '.join(result.expect['detect'])}"
     lines = [head]
@@ -302,6 +316,8 @@ def format_result(result: ValidationResult, *, all_rows: bool = False) -> str:
             lines.append(f"  {mark:>7}  {r.anomaly:<{width}}  {r.count:>8}{ids}")
     else:
         lines.append("  no anomalies")
+    for r in result.exercised:
+        lines.append(f"  {'held' if r.get('held') else 'NOT MET':>7}  {r['check']} {r['subject']}: {r['evidence']}")
     if result.data_docs:
         lines.append(f"  data docs: {result.data_docs}")
     return "\n".join(lines)

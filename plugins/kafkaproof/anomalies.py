@@ -1,0 +1,92 @@
+"""The anomaly vocabulary: every kind kafkaproof detects, in report order, with what it means.
+
+One place for the names, the value-level flag columns of `analysis/values.parquet` and the
+sentences a report says about them. Detection lives in `spark/analyze.py` (which runs under
+spark-submit without this package and keeps a checked copy of `KINDS` and `VALUE_FLAGS`; a
+unit test keeps them equal); policy — which kinds a guarantee or a claim forbids — lives in
+`expectations/policy.yaml`. docs/analysis.md defines each kind precisely.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AnomalyKind:
+    """One kind of anomaly."""
+
+    name: str
+    flag: str | None      # the values.parquet column marking it (value-level kinds), else None
+    one: str              # a sentence about one occurrence
+    many: str             # ... and about `{n}` of them
+    expectable: bool = True  # a negative control may `expect.detect` it
+
+    def sentence(self, n: int) -> str:
+        """One plain sentence saying what `n` anomalies of this kind mean."""
+        return self.one if n == 1 else self.many.format(n=f"{n:,}")
+
+
+VOCABULARY: tuple[AnomalyKind, ...] = (
+    AnomalyKind("lost", "lost",
+                "1 acknowledged value was lost: it is not in the log after the faults healed.",
+                "{n} acknowledged values were lost: they are not in the log after the faults healed."),
+    AnomalyKind("lost_unconfirmed", "lost_unconfirmed",
+                "1 value sent with acks=0 never reached the log (no broker acknowledged it).",
+                "{n} values sent with acks=0 never reached the log (no broker acknowledged them)."),
+    AnomalyKind("unseen", "unseen",
+                "1 acknowledged value could not be checked: the final drain never reached its offset.",
+                "{n} acknowledged values could not be checked: the final drain never reached their offsets.",
+                expectable=False),  # makes the run incomplete: never judged
+    AnomalyKind("not_delivered", "not_delivered",
+                "1 value in the log was never delivered to the consumer group.",
+                "{n} values in the log were never delivered to the consumer group."),
+    AnomalyKind("duplicates", "duplicate",
+                "1 value is in the log more than once.", "{n} values are in the log more than once."),
+    AnomalyKind("redeliveries", None,
+                "1 offset was delivered to the consumer group more than once.",
+                "{n} offsets were delivered to the consumer group more than once."),
+    AnomalyKind("aborted_reads", "aborted_read",
+                "1 value that failed or was rolled back was committed or visible to read_committed readers.",
+                "{n} values that failed or were rolled back were committed or visible to read_committed readers."),
+    AnomalyKind("dirty_reads", "dirty_read",
+                "1 value of an aborted transaction was processed by a read_uncommitted consumer.",
+                "{n} values of aborted transactions were processed by read_uncommitted consumers."),
+    AnomalyKind("indefinite_landed", "indefinite_landed",
+                "1 send that ended without a definite answer did land in the log.",
+                "{n} sends that ended without a definite answer did land in the log.",
+                expectable=False),  # informational
+    AnomalyKind("inconsistent_offsets", None,
+                "1 offset holds different values for different observers (ack, consumer, log).",
+                "{n} offsets hold different values for different observers (ack, consumer, log)."),
+    AnomalyKind("ack_offset_mismatch", None,
+                "1 acknowledgement named an offset where the log holds another value or none.",
+                "{n} acknowledgements named offsets where the log holds another value or none."),
+    AnomalyKind("reordering", None,
+                "1 value landed before an earlier value of the same producer.",
+                "{n} values landed before earlier values of the same producer."),
+    AnomalyKind("poll_skips", None,
+                "A consumer skipped over existing records once, without a rebalance.",
+                "Consumers skipped over existing records {n} times, without a rebalance."),
+    AnomalyKind("poll_rewinds", None,
+                "A consumer went back to earlier offsets once, without a rebalance.",
+                "Consumers went back to earlier offsets {n} times, without a rebalance."),
+    AnomalyKind("unknown_values", "unknown_value",
+                "1 value in the log was never recorded as sent.",
+                "{n} values in the log were never recorded as sent."),
+    AnomalyKind("undelivered_attempts", "undelivered",
+                "1 value the application tried to send never reached its consumers.",
+                "{n} values the application tried to send never reached its consumers."),
+)
+
+BY_NAME: dict[str, AnomalyKind] = {k.name: k for k in VOCABULARY}
+KINDS: tuple[str, ...] = tuple(k.name for k in VOCABULARY)
+VALUE_FLAGS: dict[str, str] = {k.name: k.flag for k in VOCABULARY if k.flag}
+EXPECTABLE: tuple[str, ...] = tuple(k.name for k in VOCABULARY if k.expectable)
+
+
+def sentence(kind: str, n: int) -> str:
+    """One plain sentence saying what `n` anomalies of `kind` mean (a generic one for an unknown kind)."""
+    k = BY_NAME.get(kind)
+    if k is None:
+        return f"1 anomaly of kind {kind}." if n == 1 else f"{n:,} anomalies of kind {kind}."
+    return k.sentence(n)

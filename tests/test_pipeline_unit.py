@@ -30,26 +30,6 @@ def test_history_records_and_lists_runs(tmp_path):
     assert text.splitlines()[1].startswith("2026-11-01") and "fail" in text
 
 
-def test_regression_rules():
-    past = [metrics(recovery=r) for r in (4.0, 5.0, 6.0)]
-    assert history.find_regressions("s", metrics(recovery=7.0), past) == []  # within 50% and 2 s
-    (reg,) = history.find_regressions("s", metrics(recovery=9.0), past)
-    assert reg.kind == "recovery_s" and "median 5.0" in reg.message
-    (reg,) = history.find_regressions("s", metrics(duplicates=3), past)
-    assert reg.kind == "new_anomaly" and "duplicates: 3" in reg.message
-    assert history.find_regressions("s", metrics(duplicates=3), past + [metrics(duplicates=1)]) == []
-    assert history.find_regressions("s", metrics(recovery=100), []) == [], "no history, no regression"
-    strict = history.RegressionPolicy(tolerance=0.0, min_absolute={})
-    assert history.find_regressions("s", metrics(p99=20.5), past, strict)[0].kind == "publish_p99_ms"
-
-
-def test_regression_policy_from_env(monkeypatch):
-    monkeypatch.setenv("KAFKAPROOF_REGRESSION_TOLERANCE", "0.1")
-    monkeypatch.setenv("KAFKAPROOF_REGRESSION_MIN_ABSOLUTE", '{"recovery_s": 0}')
-    p = history.RegressionPolicy.from_env()
-    assert p.tolerance == 0.1 and p.min_absolute["recovery_s"] == 0 and p.min_absolute["publish_p99_ms"] == 50.0
-
-
 def summary(name, verdict, expect="pass", **kw):
     return {"scenario": name, "run_id": f"{name}-1", "verdict": verdict, "expect": expect, "violations": [],
             "regressions": [], "error": None, **kw}

@@ -174,6 +174,23 @@ def cmd_run(args) -> int:
     return 0 if result.status == "complete" else 1
 
 
+def cmd_batch(args) -> int:
+    from datetime import datetime, timezone
+    from . import pipeline
+    scenarios = pipeline.suite(names=args.scenario) if args.scenario else pipeline.suite(args.tag)
+    if not scenarios:
+        raise ScenarioError(f"no scenario has the tag {args.tag!r}: see `kafkaproof scenario list`")
+    batch_id = args.batch_id or f"cli/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    result = pipeline.run_batch(scenarios, batch_id, messages=args.messages, kafka_version=args.kafka_version,
+                                brokers=args.brokers)
+    for s in result.summaries:
+        notes = "; ".join((s.get("regressions") or []) + [f"warning: {w}" for w in s.get("warnings") or []])
+        print(f"  {s['scenario']:<48} {s['verdict']:<6} {notes}")
+    print(f"summary report: {result.report}")
+    print("reliability gate " + ("passed" if result.ok else "FAILED:\n  " + "\n  ".join(result.problems)))
+    return 0 if result.ok else 1
+
+
 def cmd_scenario_validate(args) -> int:
     from . import scenario as scenario_mod
     for path in args.files:
@@ -309,6 +326,16 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--bootstrap", help="use an existing cluster instead of a local one: proxy and consumer "
                                         "faults only (proxies are started on this host when the scenario needs them)")
     rn.set_defaults(func=cmd_run)
+
+    bt = sub.add_parser("batch", help="run a suite without Airflow: every scenario, one analysis, verdicts, "
+                                       "history and the gate (exit 1 when the gate fails)")
+    bt.add_argument("--tag", default="nightly", help="suite tag (default: nightly)")
+    bt.add_argument("--scenario", action="append", help="scenario name instead of a tag, repeatable")
+    bt.add_argument("--batch-id", help="name of the batch in the history (default: cli/<UTC time>)")
+    bt.add_argument("--messages", type=_positive_int, help="override producers.messages")
+    bt.add_argument("--kafka-version", help="override cluster.kafka_version")
+    bt.add_argument("--brokers", type=_positive_int, help="override cluster.brokers")
+    bt.set_defaults(func=cmd_batch)
 
     an = sub.add_parser("analyze", help="run the Spark analysis of a run directory (spark-submit)")
     an.add_argument("run_dir")

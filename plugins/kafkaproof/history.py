@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -35,8 +33,9 @@ SCENARIO_RUNS = sa.Table(
     sa.Column("report", sa.String(500)),
 )
 
-# Metrics compared against history (lower is better), from analysis/metrics.json.
-TRENDED_METRICS = ("recovery_s", "unavailable_s", "publish_p99_ms")
+# Metrics compared against history (lower is better), from analysis/metrics.json; how each is
+# judged is expectations/regression.yaml (kafkaproof.regression).
+TRENDED_METRICS = ("recovery_s", "unavailable_s", "publish_p50_ms", "publish_p99_ms")
 
 
 def history_url() -> str:
@@ -66,14 +65,16 @@ def key_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The numbers kept in history: anomaly counts, outcomes and the trended metrics.
 
     recovery_s: the longest time, over the run's faults, from injection until acks resumed
-    after the last error; unavailable_s: seconds with sends but no ack; publish_p99_ms: p99
-    of send→ack over the whole run.
+    after the last error; unavailable_s: seconds with sends but no ack; publish_p50_ms and
+    publish_p99_ms: percentiles of send→ack over the whole run, of publish_samples acks.
     """
     resumes = [f["acks_resume_ms"] for f in metrics.get("faults", []) if f.get("acks_resume_ms") is not None]
     return {
         "recovery_s": max(resumes) / 1000 if resumes else None,
         "unavailable_s": dig(metrics, ("availability", "seconds_unavailable")),
+        "publish_p50_ms": dig(metrics, ("latency_ms", "publish", "p50")),
         "publish_p99_ms": dig(metrics, ("latency_ms", "publish", "p99")),
+        "publish_samples": dig(metrics, ("latency_ms", "publish", "count")),
         "anomalies": {k: v for k, v in dict(metrics.get("counts", {})).items() if v},
         "outcomes": dict(metrics.get("outcomes", {})),
     }
@@ -111,64 +112,6 @@ def runs(scenario: str | None = None, kafka_version: str | None = None, verdict:
     for r in rows:
         r["metrics"] = json.loads(r["metrics"])
     return rows
-
-
-@dataclass
-class Regression:
-    scenario: str
-    kind: str  # "new_anomaly" | metric name
-    message: str
-
-
-@dataclass
-class RegressionPolicy:
-    window: int = 5  # last N passing runs
-    tolerance: float = 0.5  # worse than the median by more than 50% ...
-    min_absolute: Mapping[str, float] = field(default_factory=lambda: {"recovery_s": 2.0, "unavailable_s": 2.0,
-                                                                         "publish_p99_ms": 50.0})  # ... and by this much
-
-    @classmethod
-    def from_env(cls) -> "RegressionPolicy":
-        """`KAFKAPROOF_REGRESSION_WINDOW`, `_TOLERANCE` (0.5 = 50%) and `_MIN_ABSOLUTE` (JSON by metric)."""
-        policy = cls()
-        if os.environ.get("KAFKAPROOF_REGRESSION_WINDOW"):
-            policy.window = int(os.environ["KAFKAPROOF_REGRESSION_WINDOW"])
-        if os.environ.get("KAFKAPROOF_REGRESSION_TOLERANCE"):
-            policy.tolerance = float(os.environ["KAFKAPROOF_REGRESSION_TOLERANCE"])
-        if os.environ.get("KAFKAPROOF_REGRESSION_MIN_ABSOLUTE"):
-            policy.min_absolute = {**policy.min_absolute, **json.loads(os.environ["KAFKAPROOF_REGRESSION_MIN_ABSOLUTE"])}
-        return policy
-
-
-def find_regressions(scenario: str, current: Mapping[str, Any], passing_history: list[Mapping[str, Any]],
-                     policy: RegressionPolicy | None = None) -> list[Regression]:
-    """Pure: compare a run's key metrics with earlier passing runs of the same scenario, configuration and version.
-
-    - any anomaly kind with a non-zero count that no passing run in the window had;
-    - a trended metric worse than the window's median by more than `tolerance` (relative)
-      and `min_absolute` (so that tiny numbers do not flap).
-    """
-    policy = policy or RegressionPolicy()
-    window = [h for h in passing_history][: policy.window]
-    if not window:
-        return []
-    found: list[Regression] = []
-    seen_before = {k for h in window for k, v in h.get("anomalies", {}).items() if v}
-    for kind, count in sorted(current.get("anomalies", {}).items()):
-        if count and kind not in seen_before:
-            found.append(Regression(scenario, "new_anomaly",
-                                    f"{kind}: {count} (none in the last {len(window)} passing runs)"))
-    for name in TRENDED_METRICS:
-        value = current.get(name)
-        past = [h.get(name) for h in window if h.get(name) is not None]
-        if value is None or not past:
-            continue
-        median = statistics.median(past)
-        limit = max(median * (1 + policy.tolerance), median + policy.min_absolute.get(name, 0.0))
-        if value > limit:
-            found.append(Regression(scenario, name, f"{name} {value:.1f} vs median {median:.1f} of the last "
-                                                    f"{len(past)} passing runs (limit {limit:.1f})"))
-    return found
 
 
 def format_trend(rows: list[dict]) -> str:

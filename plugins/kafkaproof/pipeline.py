@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from . import history, state
+from .clients import apply_overrides, environment_overrides
 from .cluster import LocalCluster
 from .errors import ClusterError, KafkaproofError, LedgerError, ScenarioError
 from .ledger import read_manifest
 from .paths import repo_root, runs_dir
+from .regression import RegressionPolicy, compare_to_reference, judge_history
 from .scenario import Scenario, load, load_catalog
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,8 @@ def provision(scenario_path: str, cluster_name: str, kafka_version: str | None =
         LocalCluster.attach(cluster_name).down()  # a retry of this task: start clean
     wait_for_exclusive_host(cluster_name)
     from .runner import cluster_config
-    cluster = LocalCluster.up(cluster_config(scn.data, cluster_name))
+    data = apply_overrides(scn.data, environment_overrides(os.environ))  # as the run will see it
+    cluster = LocalCluster.up(cluster_config(data, cluster_name))
     return {"cluster": cluster_name, "bootstrap": cluster.bootstrap_servers(),
             "kafka_version": scn.data["cluster"]["kafka_version"]}
 
@@ -126,7 +129,9 @@ class ScenarioSummary:
     expect: str | None = None
     kafka_version: str | None = None
     violations: list[str] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)  # fail the gate
+    warnings: list[str] = field(default_factory=list)     # shown, never fail: drift on a thin baseline, ...
+    baseline: str | None = None                           # "baseline: 2 of 5 runs ..."
     error: str | None = None
     report: str | None = None
     metrics: dict = field(default_factory=dict)
@@ -164,11 +169,18 @@ def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history:
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
     summary.metrics = history.key_metrics(metrics)
     if summary.verdict == "pass" and summary.expect == "pass":
+        policy = RegressionPolicy.load()
+        # A passing run the gate flagged as a regression never joins the baseline it regressed from.
         past = [r["metrics"] for r in history.runs(scenario, summary.kafka_version, verdict="pass",
-                                                   before_run_id=summary.run_id,
-                                                   scenario_hash=manifest.get("scenario_hash"))]
-        summary.regressions = [r.message for r in history.find_regressions(scenario, summary.metrics, past,
-                                                                           history.RegressionPolicy.from_env())]
+                                                   before_run_id=summary.run_id, limit=policy.window * 2,
+                                                   scenario_hash=manifest.get("scenario_hash"))
+                if not r["metrics"].get("regressed")][: policy.window]
+        judged = judge_history(scenario, summary.metrics, past, policy)
+        summary.regressions = [f.message for f in judged.regressions]
+        summary.warnings = [f.message for f in judged.warnings]
+        summary.baseline = judged.baseline_text
+    if summary.regressions:
+        summary.metrics["regressed"] = True
     if record_history and summary.run_id:
         history.record({"scenario": scenario, "run_id": summary.run_id, "batch_id": batch_id,
                         "kafka_version": summary.kafka_version,
@@ -245,9 +257,9 @@ def upgrade_differences(summaries: list[dict]) -> list[str]:
         if rank[cand["verdict"]] > rank[cur["verdict"]]:
             worse.append(f"{scenario}: {cur['verdict']} on {cur.get('kafka_version')} but {cand['verdict']} on "
                          f"{cand.get('kafka_version')}")
-        regressions = history.find_regressions(scenario, cand.get("metrics", {}), [cur.get("metrics", {})])
-        worse += [f"{scenario}: candidate {r.message.replace('passing runs', 'runs on the current version')}"
-                  for r in regressions]
+        worse += [f"{scenario}: candidate {f.message}" for f in compare_to_reference(
+            scenario, cand.get("metrics", {}), cur.get("metrics", {}), RegressionPolicy.load(),
+            what=f"the current version ({cur.get('kafka_version')})")]
     return worse
 
 
@@ -277,3 +289,54 @@ def run_pipeline(scenario: str, batch_id: str, kafka_version: str | None = None,
     summary["report"] = report(result["run_dir"])
     summary["label"] = label
     return summary
+
+
+@dataclass
+class BatchResult:
+    """A batch (a night) run without Airflow: every scenario's summary, the gate, the batch page."""
+
+    batch_id: str
+    summaries: list[dict]
+    ok: bool
+    problems: list[str]
+    report: str
+
+
+def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = None,
+              kafka_version: str | None = None, brokers: int | None = None) -> BatchResult:
+    """Run scenarios one after another on their own local clusters, analyse every complete run with
+    one spark-submit, then validate, compare with history and report each, and gate the batch.
+
+    The same steps and verdicts as the nightly DAG, for a host without Airflow (and the flake
+    bench). A run or an analysis that fails is an error summary, never a lost scenario.
+    """
+    from .analysis import analyze_many
+    runs: list[tuple[Scenario, dict | None, str | None]] = []
+    for scn in scenarios:
+        refused = override_error(scn.path, messages, kafka_version, brokers)
+        if refused:
+            runs.append((scn, None, refused))
+            continue
+        log.info("batch %s: %s", batch_id, scn.name)
+        runs.append((scn, run(scn.path, messages=messages, kafka_version=kafka_version, brokers=brokers), None))
+    complete = [Path(r["run_dir"]) for _, r, _ in runs if r and r["status"] == "complete"]
+    if complete:
+        try:
+            analyze_many(complete, quiet=True)
+        except KafkaproofError as e:  # runs whose analysis is missing become error verdicts below
+            log.error("analysis of batch %s: %s", batch_id, e)
+    summaries = []
+    for scn, result, refused in runs:
+        if result is None:
+            summaries.append(summarize(None, scn.name, batch_id, error=refused))
+            continue
+        if result["status"] == "complete" and (Path(result["run_dir"]) / "analysis" / "metrics.json").exists():
+            try:
+                validate(result["run_dir"])
+            except KafkaproofError as e:
+                log.error("%s: %s", scn.name, e)
+        summary = summarize(result["run_dir"], scn.name, batch_id)
+        summary["report"] = report(result["run_dir"])
+        summaries.append(summary)
+    ok, problems = gate(summaries)
+    return BatchResult(batch_id, summaries, ok, problems, write_batch_report(summaries, batch_id))

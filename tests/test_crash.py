@@ -41,8 +41,8 @@ def ours(marker: str) -> list[str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if marker in cmd and "pytest" not in cmd:
-            found.append(f"{pid}: {cmd[:160]}")
+        if marker in cmd:
+            found.append(f"{pid}: {cmd[:200]}")
     return found
 
 

@@ -106,22 +106,13 @@ def spark_env(base: Mapping[str, str] | None = None, master: str = DEFAULT_MASTE
     return env
 
 
-def die_with_parent(argv: list[str]) -> list[str]:
-    """Prefix `argv` so the program gets SIGKILL when this process dies (util-linux `setpriv --pdeathsig`).
-
-    Only from the main thread: the kernel signals when the *thread* that started the child ends.
-    """
-    setpriv = shutil.which("setpriv")
-    if setpriv and threading.current_thread() is threading.main_thread():
-        return [setpriv, "--pdeathsig", "KILL", "--", *argv]
-    return argv
-
-
 def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
     log.info("running %s", " ".join(argv))
     tail: deque[str] = deque(maxlen=STDERR_TAIL)
     try:
-        proc = subprocess.Popen(die_with_parent(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # Only the main thread's children: the kernel signals when the starting thread ends.
+        started = process.die_with_parent(argv) if threading.current_thread() is threading.main_thread() else argv
+        proc = subprocess.Popen(started, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=spark_env(master=master), bufsize=1)
     except OSError as exc:
         raise AnalysisError(f"could not start {argv[0]}: {exc}") from exc

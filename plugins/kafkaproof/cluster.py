@@ -324,7 +324,8 @@ class LocalCluster:
     def _format(self, ndir: Path, cluster_id: str) -> None:
         cmd = self.dist.java_command("kafka.tools.StorageTool", "format", "-t", cluster_id,
                                      "-c", str(ndir / "server.properties"), "--ignore-formatted", heap="128m")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # The pool threads outlive the format; a crash of this process kills it at once.
+        proc = subprocess.run(process.die_with_parent(cmd), capture_output=True, text=True)
         if proc.returncode != 0:
             raise ClusterError(f"formatting {ndir} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
@@ -354,6 +355,7 @@ class LocalCluster:
         for node in st["nodes"]:
             if node.get("proxy"):
                 process.terminate(ProcessRef.from_json(node["proxy"]["process"]), grace_s=5.0, reap=self._reap)
+        sweep(state.cluster_dir(self.name))
         if st["network"] == "netns":
             for node in st["nodes"]:
                 if node.get("link"):
@@ -830,6 +832,16 @@ def _choose_network(mode: str) -> bool:
     return can and mode != "loopback"
 
 
+def sweep(directory: Path) -> list[int]:
+    """Stop any process still naming `directory` (a node or proxy started an instant before a crash,
+    before its pid reached the state file; a storage format in flight). Returns their pids."""
+    refs = process.find_by_cmdline(f"{directory}/")
+    for ref in refs:
+        log.warning("stopping process %d, which still uses %s", ref.pid, directory)
+        process.terminate(ref, grace_s=5.0)
+    return [r.pid for r in refs]
+
+
 def down_all() -> list[str]:
     """Tear down every cluster with a state file, any stray kafkaproof namespaces, and every process a
     crashed run or analysis left (its workers, its Spark driver)."""
@@ -837,6 +849,7 @@ def down_all() -> list[str]:
     names = state.list_clusters()
     for name in names:
         LocalCluster.attach(name).down()
+    sweep(state.state_dir() / "clusters")
     if network.namespaces_supported():
         for ns in network.list_kafkaproof_namespaces():
             slot_node = ns[2:]

@@ -7,7 +7,9 @@ signal a pid whose start time differs.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -97,3 +99,36 @@ def terminate(ref: ProcessRef | None, grace_s: float = 10.0, reap=None) -> None:
         except ProcessLookupError:
             return
         wait_dead(ref, 5.0, reap)
+
+
+def die_with_parent(argv: list[str]) -> list[str]:
+    """Prefix `argv` so the program gets SIGKILL when this process dies (util-linux `setpriv --pdeathsig`).
+
+    For helpers that must not outlive their caller (a storage format, a Spark driver). Only from
+    the main thread or a thread that outlives the child: the kernel signals when the *thread*
+    that started the child ends.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+
+def find_by_cmdline(marker: str) -> list[ProcessRef]:
+    """Live processes whose command line contains `marker` (e.g. a cluster's state directory).
+
+    The last line of defence of a teardown: a process started an instant before a crash,
+    before its pid reached the state file, still names the cluster's files on its command line.
+    """
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            ticks = start_ticks(int(entry))
+            if ticks is not None:
+                found.append(ProcessRef(int(entry), ticks))
+    return found

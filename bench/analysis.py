@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))
 
 from kafkaproof.analysis import analyze  # noqa: E402
-from kafkaproof.ledger import TABLES, write_arrow, write_manifest  # noqa: E402
+from kafkaproof.spec.ledger import TABLES, write_arrow, write_manifest  # noqa: E402
 
 P, PRODUCERS = 8, 4
 T0 = 10**12

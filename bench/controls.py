@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))
 
 from kafkaproof import logs, pipeline  # noqa: E402
 from kafkaproof.analysis import analyze_many  # noqa: E402
-from kafkaproof.runner import RunOptions, ScenarioRun  # noqa: E402
-from kafkaproof.validation import validate  # noqa: E402
+from kafkaproof.run import RunOptions, ScenarioRun  # noqa: E402
+from kafkaproof.verdict.validation import validate  # noqa: E402
 
 
 def main() -> int:

@@ -13,14 +13,13 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))
 
 from kafkaproof import logs  # noqa: E402
 from kafkaproof.cluster import ClusterConfig, LocalCluster  # noqa: E402
-from kafkaproof.workload import COMPLETION_STREAM, SEND_STREAM, read_stream  # noqa: E402
+from kafkaproof.run.workload import COMPLETION_STREAM, SEND_STREAM, read_stream  # noqa: E402
 
 
 def kafkaproof_producer(bootstrap: str, topic: str, records: int, size: int, props: dict) -> tuple[float, int]:
@@ -30,7 +29,7 @@ def kafkaproof_producer(bootstrap: str, topic: str, records: int, size: int, pro
                 "messages": records, "value_size": size, "keys": {"distribution": "none"}, "config": props}
         path = Path(tmp) / "spec.json"
         path.write_text(json.dumps(spec))
-        subprocess.run([sys.executable, "-m", "kafkaproof.workload", "producer", str(path)], check=True, timeout=600)
+        subprocess.run([sys.executable, "-m", "kafkaproof.run.workload", "producer", str(path)], check=True, timeout=600)
         sends = read_stream(Path(tmp) / "producer-0.sends.arrow", SEND_STREAM).to_pandas()
         done = read_stream(Path(tmp) / "producer-0.completions.arrow", COMPLETION_STREAM).to_pandas()
         acked = int(done["error_name"].isna().sum())

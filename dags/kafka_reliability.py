@@ -15,8 +15,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from kafkaproof import pipeline
 from kafkaproof.analysis import spark_conf
-from kafkaproof.install import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
-from kafkaproof.scenario import MAX_BROKERS
+from kafkaproof.errors import ScenarioError
+from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
+from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 ANALYZE_APP = str(REPO / "spark" / "analyze.py")
@@ -60,7 +61,7 @@ def _group_id(name: str) -> str:
     return name.replace("-", "_")
 
 
-def scenario_group(scenario_name: str, scenario_path: str):
+def scenario_group(scenario_name: str):
     """provision (setup) → run → analyze → validate → compare with history → report, teardown always."""
     gid = _group_id(scenario_name)
 
@@ -69,25 +70,26 @@ def scenario_group(scenario_name: str, scenario_path: str):
         @setup
         @task(pool=POOL)
         def provision() -> dict:
+            """Resolve the scenario once (file, overrides, faults) and start its cluster; both travel on in XCom."""
             params = get_current_context()["params"]
             bootstrap = existing_cluster(params)
-            refused = pipeline.override_error(scenario_path, params.get("messages"), params.get("kafka_version"),
-                                              params.get("brokers"), bootstrap)
-            if refused:  # an error verdict that says why, and no cluster
-                return {"cluster": None, "bootstrap": None, "error": refused}
+            (scn,) = pipeline.suite(names=[scenario_name])
+            try:
+                resolved = pipeline.resolve(scn, params.get("messages"), params.get("kafka_version"),
+                                            params.get("brokers"), bootstrap)
+            except ScenarioError as e:  # an error verdict that says why, and no cluster
+                return {"cluster": None, "bootstrap": None, "error": str(e)}
             if bootstrap:
-                return {"cluster": None, "bootstrap": bootstrap}
+                return {"cluster": None, "bootstrap": bootstrap, "scenario": resolved.to_json()}
             name = pipeline.cluster_name_for(_batch_id(), gid)
-            return pipeline.provision(scenario_path, name, params.get("kafka_version"), params.get("brokers"))
+            return {**pipeline.provision(resolved, name), "scenario": resolved.to_json()}
 
         @task(pool=POOL)
         def run_workload(cluster: dict) -> dict:
-            params = get_current_context()["params"]
             if cluster.get("error"):
                 get_current_context()["ti"].xcom_push(key="run", value={"run_dir": None, "error": cluster["error"]})
                 raise AirflowFailException(cluster["error"])
-            result = pipeline.run(scenario_path, cluster_name=cluster["cluster"], messages=params.get("messages"),
-                                  kafka_version=params.get("kafka_version"), brokers=params.get("brokers"),
+            result = pipeline.run(Scenario.from_json(cluster["scenario"]), cluster_name=cluster["cluster"],
                                   bootstrap=None if cluster["cluster"] else cluster["bootstrap"])
             get_current_context()["ti"].xcom_push(key="run", value=result)  # also when the run failed
             if result["status"] != "complete":
@@ -103,7 +105,7 @@ def scenario_group(scenario_name: str, scenario_path: str):
 
         @task
         def validate(run: dict) -> dict:
-            from kafkaproof.validation import validate as gx_validate
+            from kafkaproof.verdict.validation import validate as gx_validate
             result = gx_validate(Path(run["run_dir"]))
             return {"status": result.status, "run_dir": run["run_dir"]}
 
@@ -173,7 +175,7 @@ def chain_groups(groups: list) -> None:
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
              "kafka_conn_id": KAFKA_CONN_PARAM})
 def kafka_reliability_nightly():
-    built = [scenario_group(s.name, s.path) for s in pipeline.suite(NIGHTLY_SUITE)]
+    built = [scenario_group(s.name) for s in pipeline.suite(NIGHTLY_SUITE)]
     chain_groups([group for group, _ in built])
     gate([summary for _, summary in built])
 

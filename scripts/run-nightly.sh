@@ -13,7 +13,7 @@ started=$(date +%s)
 status=0
 # Progress: each task as it starts, the runs' own progress lines, faults, and the gate's verdict.
 airflow dags test kafka_reliability_nightly 2>&1 | tee "$AIRFLOW_HOME/last-run.log" \
-  | grep --line-buffered -E "kafkaproof\.(runner|faults)|\[DAG TEST\] starting task_id|new_state=failed|summary report|reliability gate|DagRun Finished" \
+  | grep --line-buffered -E "kafkaproof\.(run|faults)\.|\[DAG TEST\] starting task_id|new_state=failed|summary report|reliability gate|DagRun Finished" \
   | sed -u -E -e "s/^([0-9-]+T[0-9:]+)[^ ]* .*\[DAG TEST\] starting task_id=([^ ]+).*/[run] \1 task \2/" \
               -e "s/.*new_state=failed.*/[run]   (the task above failed; see the full log)/" \
   || true

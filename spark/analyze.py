@@ -73,7 +73,7 @@ NS_PER_MS = 1_000_000
 REBALANCE_EVENTS = ("assign", "revoke", "lost")
 NO_FAULT = "(none)"
 
-# Spark schemas of the ledger tables (mirror of plugins/kafkaproof/ledger.py).
+# Spark schemas of the ledger tables (mirror of plugins/kafkaproof/spec/ledger.py).
 _I32, _I64, _STR, _BOOL = T.IntegerType(), T.LongType(), T.StringType(), T.BooleanType()
 
 

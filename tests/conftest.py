@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from kafkaproof import network
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kafkaproof.ledger import TABLES, make_value_id, write_manifest, write_table
+from kafkaproof.spec.ledger import TABLES, make_value_id, write_manifest, write_table
 
 T0_NS = 5_000_000_000_000  # monotonic origin of every golden run
 WALL0_NS = 1_790_000_000_000_000_000
@@ -147,7 +147,7 @@ class Golden:
             info = {"low": min(offs, default=0), "high": max(offs, default=-1) + 1, "complete": True}
             info.update(self.partition_overrides.get(p, {}))
             parts[str(p)] = info
-        from kafkaproof.clients import parse_acks
+        from kafkaproof.spec.clients import parse_acks
         clients = {
             "producers": [{"index": i, "acks": parse_acks(p.get("acks")), "offsets_from_broker": parse_acks(p.get("acks")) != 0}
                           for i, p in enumerate(self.producers)],

@@ -4,13 +4,29 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from kafkaproof import network
+from kafkaproof.cluster import network
+
+REPO = Path(__file__).resolve().parent.parent  # the checkout
+DATA = REPO / "tests" / "data"
 
 needs_root = pytest.mark.skipif(not network.namespaces_supported(),
                                 reason="network faults need root (network namespaces, nftables)")
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5):
+    """Poll `predicate` until it returns something true; fail the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 
 def produce(bootstrap: str, topic: str, n: int, **config) -> tuple[int, list[str]]:
@@ -48,3 +64,14 @@ def leftovers() -> dict[str, str]:
     nft = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout.strip() \
         if network.namespaces_supported() else ""
     return {k: v for k, v in {"namespaces": ns, "kafka_processes": jvm, "veths": veths, "nft": nft}.items() if v}
+
+
+def load_analysis_job():
+    """spark/analyze.py as a module (it runs under spark-submit without the package; its pure parts are tested here)."""
+    import importlib.util
+    import sys
+    spec = importlib.util.spec_from_file_location("kafkaproof_analyze_job", REPO / "spark" / "analyze.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module

@@ -37,9 +37,8 @@ def _positive_int(text: str) -> int:
 # --- cluster -----------------------------------------------------------------
 
 def cmd_cluster_up(args) -> int:
-    from .cluster import ClusterConfig, LocalCluster
+    from .cluster import ClusterConfig, ExternalCluster, LocalCluster
     if args.bootstrap:
-        from .external import ExternalCluster
         cluster = ExternalCluster.up(args.bootstrap, args.name)
         print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())
         return 0
@@ -55,8 +54,8 @@ def cmd_cluster_up(args) -> int:
 
 
 def cmd_cluster_status(args) -> int:
-    from .cluster import LocalCluster
-    status = LocalCluster.attach(args.name).status()
+    from .cluster import attach
+    status = attach(args.name).status()
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -80,8 +79,8 @@ def cmd_cluster_status(args) -> int:
 
 
 def cmd_cluster_down(args) -> int:
-    from .cluster import LocalCluster, down_all
-    from .state import list_clusters
+    from .cluster import attach, down_all
+    from .cluster.state import list_clusters
     if args.all:
         names = down_all()
         print(f"down: {', '.join(names) if names else 'nothing was running'}")
@@ -89,13 +88,13 @@ def cmd_cluster_down(args) -> int:
     if args.name not in list_clusters():
         print(f"no cluster named {args.name!r} is running")
         return 0
-    LocalCluster.attach(args.name).down()
+    attach(args.name).down()
     print(f"cluster {args.name} is down")
     return 0
 
 
 def cmd_install_kafka(args) -> int:
-    from .install import ensure_kafka
+    from .cluster.install import ensure_kafka
     dist = ensure_kafka(args.kafka_version)
     print(f"Kafka {dist.version} ({dist.source}): {dist.libs}")
     return 0
@@ -104,10 +103,11 @@ def cmd_install_kafka(args) -> int:
 # --- faults ------------------------------------------------------------------
 
 def cmd_fault_inject(args) -> int:
-    from .cluster import LocalCluster
-    from .faults import FaultInjector, FaultSpec
-    spec = FaultSpec(args.kind, args.target or "", parse_kv(args.param, "--param")).validate("fault")
-    cluster = LocalCluster.attach(args.name)
+    from .cluster import attach
+    from .faults import FaultInjector, check_fault
+    from .spec.faults import FaultSpec
+    spec = check_fault(FaultSpec(args.kind, args.target or "", parse_kv(args.param, "--param")))
+    cluster = attach(args.name)
     injector = FaultInjector(cluster, topic=args.topic)
     fault = injector.inject(spec)
     print(json.dumps(fault.to_json(), indent=2) if args.json else
@@ -116,16 +116,16 @@ def cmd_fault_inject(args) -> int:
 
 
 def cmd_fault_heal(args) -> int:
-    from .cluster import LocalCluster
+    from .cluster import attach
     from .faults import FaultInjector, heal_all
-    cluster = LocalCluster.attach(args.name)
+    cluster = attach(args.name)
     if args.all:
         healed = heal_all(cluster)
         print(f"healed: {', '.join(healed) if healed else 'no active faults'}")
         return 0
     if not args.fault_id:
         raise KafkaproofError("give a fault id or --all")
-    active = [f["fault_id"] for f in cluster.state()["faults"]]
+    active = [f["fault_id"] for f in cluster.active_faults()]
     if args.fault_id not in active:
         raise KafkaproofError(f"no active fault {args.fault_id!r}; active: {', '.join(active) or 'none'}")
     FaultInjector(cluster).heal(args.fault_id)
@@ -134,8 +134,8 @@ def cmd_fault_heal(args) -> int:
 
 
 def cmd_fault_list(args) -> int:
-    from .cluster import LocalCluster
-    from .faults import FAULT_KINDS, FAULT_PARAMS, PARTITION_SHAPES, TARGET_FORMS
+    from .cluster import attach
+    from .spec.faults import FAULT_KINDS, FAULT_PARAMS, PARTITION_SHAPES, TARGET_FORMS
     if args.kinds:
         for kind in FAULT_KINDS:
             params = ", ".join(f"{p}{'' if req else '?'}" for p, (_, req) in FAULT_PARAMS[kind].items())
@@ -143,7 +143,7 @@ def cmd_fault_list(args) -> int:
         print("targets: " + ", ".join(TARGET_FORMS))
         print("partition shapes: " + ", ".join(PARTITION_SHAPES) + ", or explicit groups [[1],[2,3]]")
         return 0
-    faults = LocalCluster.attach(args.name).state()["faults"]
+    faults = attach(args.name).active_faults()
     if args.json:
         print(json.dumps(faults, indent=2))
     for f in faults if not args.json else []:
@@ -162,9 +162,9 @@ def _raise_interrupt(signum, frame):
 def cmd_run(args) -> int:
     import signal
     from pathlib import Path
-    from . import scenario as scenario_mod
     from .paths import runs_dir
-    from .runner import RunOptions, ScenarioRun
+    from .run import RunOptions, ScenarioRun
+    from .spec import scenario as scenario_mod
     scn = scenario_mod.load(args.scenario)  # validated before anything starts
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
@@ -192,15 +192,17 @@ def cmd_batch(args) -> int:
 
 
 def cmd_scenario_validate(args) -> int:
-    from . import scenario as scenario_mod
+    from .faults import check_scenario_faults
+    from .spec import scenario as scenario_mod
     for path in args.files:
         s = scenario_mod.load(path)
+        check_scenario_faults(s)
         print(f"ok: {path} ({s.name}, {s.guarantee}, expect {s.expect['outcome']})")
     return 0
 
 
 def cmd_scenario_list(args) -> int:
-    from . import scenario as scenario_mod
+    from .spec import scenario as scenario_mod
     selected = scenario_mod.load_catalog(args.dir, args.tag)
     if not selected and args.tag:
         tags = sorted({t for s in scenario_mod.load_catalog(args.dir) for t in s.data["tags"]})
@@ -212,7 +214,7 @@ def cmd_scenario_list(args) -> int:
 
 
 def cmd_scenario_schema(args) -> int:
-    from .scenario import schema_json
+    from .spec.scenario import schema_json
     sys.stdout.write(schema_json())
     return 0
 
@@ -229,7 +231,7 @@ def cmd_analyze(args) -> int:
 
 def cmd_validate(args) -> int:
     from pathlib import Path
-    from .validation import format_result, validate
+    from .verdict.validation import format_result, validate
     result = validate(Path(args.run_dir))
     print(format_result(result))
     return 0 if result.status == "pass" else 1
@@ -249,7 +251,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_history(args) -> int:
-    from . import history
+    from .verdict import history
     rows = history.runs(scenario=args.scenario, kafka_version=args.kafka_version, limit=args.limit)
     if not rows:
         print(f"no runs recorded in {history.history_url()}")
@@ -261,7 +263,7 @@ def cmd_history(args) -> int:
 # --- parser ------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from .install import DEFAULT_KAFKA_VERSION
+    from .spec.versions import DEFAULT_KAFKA_VERSION
     p = argparse.ArgumentParser(prog="kafkaproof", description="Reliability tests for Apache Kafka.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)

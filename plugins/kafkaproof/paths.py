@@ -20,8 +20,9 @@ def runs_dir() -> Path:
     return Path(os.environ.get("KAFKAPROOF_RUNS") or "runs")
 
 
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # plugins/kafkaproof/paths.py -> the checkout
+
+
 def repo_root() -> Path | None:
     """The source checkout this package runs from, if any (for `scenarios/`, `spark/`, `expectations/`)."""
-    here = Path(__file__).resolve().parent  # plugins/kafkaproof
-    root = here.parent.parent
-    return root if (root / "scenarios").is_dir() else None
+    return SOURCE_ROOT if (SOURCE_ROOT / "scenarios").is_dir() else None

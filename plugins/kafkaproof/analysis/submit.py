@@ -1,0 +1,177 @@
+"""Run the Spark analysis job (spark/analyze.py) on run directories.
+
+`analyze(run_dir)` runs `spark-submit spark/analyze.py <run_dir>` on a local
+master, streams its output to the log, and returns `analysis/metrics.json`.
+`spark_submit_argv()` / `application_path()` / `spark_conf()` give the same
+command to the Airflow DAG's SparkSubmitOperator.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..cluster import process, procs
+from ..paths import SOURCE_ROOT
+from ..errors import AnalysisError, LedgerError
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = SOURCE_ROOT
+MASTER_ENV = "KAFKAPROOF_SPARK_MASTER"
+DEFAULT_MASTER = "local[2]"
+ANALYSIS_DIR = "analysis"
+STDERR_TAIL = 40
+
+# Sized for a 2-core, 24 GiB machine: in local mode the driver JVM does all the work.
+# Used by `kafkaproof analyze` and by the DAGs' SparkSubmitOperator alike. No
+# spark.sql.shuffle.partitions: the job sizes it from the ledger (a --conf still wins).
+DEFAULT_CONF: dict[str, str] = {
+    "spark.driver.memory": "6g",
+    # Throughput collector: the job is a batch; G1's concurrent work costs CPU the 2 cores need.
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def application_path() -> Path:
+    """Path of the Spark application (spark/analyze.py)."""
+    return REPO_ROOT / "spark" / "analyze.py"
+
+
+def find_spark_submit(spark_submit: str | None = None) -> str:
+    """spark-submit: the one given, else next to sys.executable (the venv), else on PATH."""
+    if spark_submit:
+        return spark_submit
+    beside = Path(sys.executable).parent / "spark-submit"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("spark-submit")
+    if not found:
+        raise AnalysisError("spark-submit not found next to the Python interpreter nor on PATH; "
+                            "install pyspark into this environment (requirements.txt)")
+    return found
+
+
+def resolve_master(master: str = DEFAULT_MASTER) -> str:
+    """The Spark master; the environment variable KAFKAPROOF_SPARK_MASTER overrides it."""
+    return os.environ.get(MASTER_ENV) or master
+
+
+def spark_conf(extra_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Spark settings for the job: defaults overlaid with `extra_conf`."""
+    conf = dict(DEFAULT_CONF)
+    conf.update({str(k): str(v) for k, v in (extra_conf or {}).items()})
+    return conf
+
+
+def spark_submit_argv(run_dirs: Sequence[Path] | Path, master: str = DEFAULT_MASTER, spark_submit: str | None = None,
+                      extra_conf: Mapping[str, Any] | None = None, app_args: Sequence[str] = ()) -> list[str]:
+    """The full spark-submit command line analysing `run_dirs`."""
+    if isinstance(run_dirs, (str, Path)):
+        run_dirs = [run_dirs]
+    argv = [find_spark_submit(spark_submit), "--master", resolve_master(master), "--name", "kafkaproof-analyze"]
+    for k, v in spark_conf(extra_conf).items():
+        argv += ["--conf", f"{k}={v}"]
+    return argv + [str(application_path()), *app_args, *[str(Path(d).resolve()) for d in run_dirs]]
+
+
+def spark_env(base: Mapping[str, str] | None = None, master: str = DEFAULT_MASTER) -> dict[str, str]:
+    """Environment in which spark-submit finds Spark and runs this interpreter for Python."""
+    env = dict(os.environ if base is None else base)
+    if resolve_master(master).startswith("local"):
+        # A local driver binds to the host's first non-loopback address when the hostname
+        # resolves to loopback; the job needs no network beyond this host.
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if "SPARK_HOME" not in env:
+        try:
+            import pyspark
+
+            env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
+        except ImportError:
+            pass
+    return env
+
+
+def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
+    log.info("running %s", " ".join(argv))
+    tail: deque[str] = deque(maxlen=STDERR_TAIL)
+    try:
+        # Only the main thread's children: the kernel signals when the starting thread ends.
+        started = process.die_with_parent(argv) if threading.current_thread() is threading.main_thread() else argv
+        proc = subprocess.Popen(started, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=spark_env(master=master), bufsize=1)
+    except OSError as exc:
+        raise AnalysisError(f"could not start {argv[0]}: {exc}") from exc
+    owner = f"spark-{os.getpid()}-{proc.pid}"
+    with contextlib.suppress(Exception):  # recorded so `cluster down --all` stops a driver whose caller crashed
+        procs.register(owner, "spark-submit", process.ref_for(proc.pid), command=argv)
+    try:
+        _stream(proc, tail, quiet)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        procs.unregister(owner)
+    code = proc.returncode
+    if code != 0:
+        raise AnalysisError(f"spark-submit exited with {code}; last output:\n" + "\n".join(tail))
+
+
+def _stream(proc: subprocess.Popen, tail: deque, quiet: bool) -> None:
+    """Log the job's output as it comes: its own [analyze] lines at INFO, Spark's at DEBUG."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        if " INFO " not in line:  # Spark's INFO chatter stays out of the failure tail
+            tail.append(line)
+        if line.startswith("[analyze]"):
+            (log.debug if quiet else log.info)("%s", line)
+        else:
+            log.debug("%s", line)
+    proc.wait()
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any]:
+    """`<run_dir>/analysis/metrics.json`."""
+    path = Path(run_dir) / ANALYSIS_DIR / "metrics.json"
+    if not path.exists():
+        raise AnalysisError(f"{path}: the analysis job finished but wrote no metrics")
+    return json.loads(path.read_text())
+
+
+def analyze_many(run_dirs: Sequence[Path], master: str = DEFAULT_MASTER, spark_submit: str | None = None,
+                 extra_conf: Mapping[str, Any] | None = None, parallel: int | None = None,
+                 quiet: bool = False) -> dict[Path, dict[str, Any]]:
+    """Analyse several run directories with one spark-submit (one JVM start); returns metrics per run."""
+    run_dirs = [Path(d) for d in run_dirs]
+    for d in run_dirs:
+        if not (d / "manifest.json").exists():
+            raise LedgerError(f"{d}/manifest.json: no manifest; {d} is not a kafkaproof run directory")
+    app_args = ["--parallel", str(parallel)] if parallel else []
+    _run(spark_submit_argv(run_dirs, master, spark_submit, extra_conf, app_args), quiet, master)
+    return {d: read_metrics(d) for d in run_dirs}
+
+
+def analyze(run_dir: Path, master: str = DEFAULT_MASTER, spark_submit: str | None = None,
+            extra_conf: dict | None = None, quiet: bool = False) -> dict:
+    """Run the analysis job on one run directory; returns its metrics.json as a dict.
+
+    Raises AnalysisError (with the tail of spark-submit's output) when the job fails,
+    LedgerError when `run_dir` is not a run directory.
+    """
+    return analyze_many([Path(run_dir)], master, spark_submit, extra_conf, quiet=quiet)[Path(run_dir)]

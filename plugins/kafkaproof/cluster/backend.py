@@ -1,0 +1,107 @@
+"""The one cluster-backend interface: what the runner, the fault injector, the sampler and the pipeline use.
+
+They never know which backend they have. A backend says which fault kinds it supports
+(`supported_faults`); the run refuses the others before anything starts. Backends:
+`local` (`LocalCluster`: Kafka JVMs in network namespaces on this host), `external`
+(`ExternalCluster`: an existing cluster, fronted by fault proxies) — both state-file backed,
+so `attach(name)` finds either after a crash and `down_all()` tears everything down.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from ..spec.cluster import NodeLink
+from ..spec.faults import FAULT_KINDS
+from . import state
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    """A running cluster, whatever runs it."""
+
+    name: str
+    backend: str
+
+    @property
+    def supported_faults(self) -> frozenset[str]:
+        """The fault kinds this backend can inject (process, network, proxy)."""
+
+    def unsupported_reason(self, kind: str) -> str:
+        """Why it cannot inject a fault of `kind`, and what would."""
+
+    # membership and addresses
+    def node_ids(self) -> list[int]: ...
+    def broker_ids(self) -> list[int]: ...
+    def controller_ids(self) -> list[int]: ...
+    def bootstrap_servers(self) -> str:
+        """What clients use (the fault proxies' addresses when the cluster has them)."""
+    def direct_bootstrap(self) -> str:
+        """Never through a fault proxy: kafkaproof's admin client, snapshots, the audit drain."""
+    def node_link(self, node_id: int) -> NodeLink | None:
+        """Where network faults act: the node's network namespace and addresses (None: not here)."""
+    def node_dir(self, node_id: int) -> Path: ...
+
+    # node processes
+    def node_state(self, node_id: int) -> str:
+        """running | paused | dead."""
+    def node_incarnation(self, node_id: int) -> str | None:
+        """An id that changes each time the node starts (a restart is visible)."""
+    def start_node(self, node_id: int) -> None: ...
+    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None: ...
+    def pause_node(self, node_id: int) -> None: ...
+    def resume_node(self, node_id: int) -> None: ...
+    def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None: ...
+
+    # fault proxies
+    @property
+    def has_proxy(self) -> bool: ...
+    def proxy_ids(self) -> list[int]: ...
+    def proxy_state(self, node_id: int) -> str: ...
+    def proxy_control(self, node_id: int) -> Any: ...
+    def proxy_events_path(self, node_id: int) -> Path: ...
+
+    # what Kafka says
+    def active_controller(self) -> int | None: ...
+    def partitions(self, topic: str) -> dict[int, dict]: ...
+    def leader_of(self, topic: str, partition: int) -> int: ...
+    def random_follower(self, topic: str, partition: int, rng: random.Random | None = None) -> int: ...
+    def wait_ready(self, timeout_s: float = 120.0) -> None: ...
+    def status(self) -> dict: ...
+
+    # topics
+    def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
+                     config: Mapping[str, Any] | None = None, timeout_s: float = 30.0) -> None: ...
+    def describe_topic(self, topic: str) -> dict: ...
+    def wait_in_sync(self, topic: str, timeout_s: float = 60.0) -> None: ...
+
+    # faults bookkeeping (in the state file, so another process can heal them)
+    def active_faults(self) -> list[dict[str, Any]]: ...
+    def record_fault(self, fault: dict[str, Any]) -> None: ...
+    def forget_fault(self, fault_id: str) -> None: ...
+
+    def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
+        """Heal every fault, stop everything the backend started, remove its state. Safe to repeat."""
+
+
+def unsupported_faults(kinds: set[str] | frozenset[str], supported: frozenset[str]) -> list[str]:
+    """Pure: the fault kinds of a timeline a backend cannot inject, sorted."""
+    return sorted(set(kinds) - set(supported))
+
+
+def attach(name: str = "default") -> ClusterBackend:
+    """The running cluster `name`, as the backend that started it (from its state file)."""
+    from .external import ExternalCluster
+    from .local import LocalCluster
+    backend = state.load_state(name).get("backend", "local")
+    return {"local": LocalCluster, "external": ExternalCluster}[backend](name)
+
+
+def down_all() -> list[str]:
+    """Tear down every cluster with a state file, and whatever crashed runs left (see `local.down_all`)."""
+    from .local import down_everything
+    return down_everything()
+
+
+ALL_FAULTS = frozenset(FAULT_KINDS)

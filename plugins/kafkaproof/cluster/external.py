@@ -1,0 +1,224 @@
+"""An existing Kafka cluster, reached by its bootstrap servers, optionally fronted by kafkaproof's fault proxies.
+
+`ExternalCluster.up(bootstrap, name)` learns the brokers from metadata, starts one
+fault proxy per broker on this host (unless `proxy=False`: then it only gives the
+runner topic creation, snapshots and the drain through the same interface as a
+local cluster) and records everything in a state file like a
+local cluster's, so `kafkaproof cluster down --name NAME` (or `--all`) stops the
+proxies and heals leftover rules after a crash. The proxies rewrite broker
+addresses in Metadata/FindCoordinator/DescribeCluster answers to proxy addresses
+(each proxy knows its peers), so every client connection crosses a proxy while
+kafkaproof's own admin client and the audit drain use the bootstrap servers
+directly.
+
+Only proxy faults (and consumer faults) apply here: kafkaproof owns neither the
+brokers' processes nor their network.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import socket
+import time
+from typing import Any
+
+from .. import logs
+from ..errors import ClusterError, ClusterNotRunning, FaultError
+from ..spec.faults import PROXY_KINDS
+from . import state
+from .base import StatefulCluster
+from .process import ProcessRef
+
+log = logging.getLogger(__name__)
+
+NOT_OWNED = ("kafkaproof does not own the brokers of an existing cluster: only proxy faults "
+             "(lost_ack, error, latency, proxy_bandwidth, reset, blackhole) and consumer faults apply")
+
+
+def discover_brokers(bootstrap: str, timeout_s: float = 15.0) -> tuple[dict[int, tuple[str, int]], str | None]:
+    """({broker id: (host, port)}, cluster id) from the metadata of `bootstrap`; ClusterError if unreachable."""
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": logs.librdkafka_logger(), "log_level": 2})
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except Exception as e:  # KafkaException: the message says what failed
+        raise ClusterError(f"cannot read metadata from the existing cluster at {bootstrap}: {e}") from e
+    if not md.brokers:
+        raise ClusterError(f"the cluster at {bootstrap} reports no brokers")
+    return {b.id: (b.host, b.port) for b in md.brokers.values()}, md.cluster_id
+
+
+def free_ports(host: str, n: int) -> list[int]:
+    """`n` distinct TCP ports free on `host` right now (bound, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def plan_proxied_nodes(brokers: dict[int, tuple[str, int]], proxy_host: str | None,
+                       ports: list[int] | None = None) -> list[dict]:
+    """Pure: state-file nodes of an existing cluster; with a `proxy_host`, one rewriting proxy
+    per broker (at `ports`, in broker id order) that knows where its peers listen."""
+    nodes = [{"id": bid, "roles": ["broker"], "host": brokers[bid][0], "client_port": brokers[bid][1],
+              "advertised_host": brokers[bid][0], "advertised_port": brokers[bid][1],
+              "link": None, "process": None, "status": "running"} for bid in sorted(brokers)]
+    if proxy_host is None:
+        return nodes
+    listens = {bid: f"{proxy_host}:{port}" for bid, port in zip(sorted(brokers), ports or [])}
+    for node, port in zip(nodes, ports or []):
+        bid = node["id"]
+        node.update(advertised_host=proxy_host, advertised_port=port)
+        node["proxy"] = {"listen": listens[bid], "upstream": f"{node['host']}:{node['client_port']}",
+                         "rewrite": True, "peers": {str(o): listens[o] for o in sorted(brokers) if o != bid},
+                         "process": None, "control": None}
+    return nodes
+
+
+class ExternalCluster(StatefulCluster):
+    """An existing cluster, optionally behind kafkaproof's fault proxies. Use `up(bootstrap, name)` or
+    `backend.attach(name)`."""
+
+    backend = "external"
+    # kafkaproof owns neither the brokers' processes nor their network: proxy faults only.
+    supported_faults = frozenset(PROXY_KINDS)
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        st = state.load_state(name)
+        if st.get("backend") != "external":
+            raise ClusterError(f"cluster {name!r} is a local cluster, not an existing one")
+
+    @classmethod
+    def up(cls, bootstrap: str, name: str, proxy: bool = True,
+           proxy_host: str = "127.0.0.1", timeout_s: float = 30.0) -> "ExternalCluster":
+        """Attach to the cluster at `bootstrap`; with `proxy`, front it with one fault proxy per
+        broker and wait until clients get through them."""
+        if state.state_path(name).exists():
+            raise ClusterError(f"a cluster named {name!r} is already up; `kafkaproof cluster down --name {name}` first")
+        brokers, cluster_id = discover_brokers(bootstrap, timeout_s)
+        nodes = (plan_proxied_nodes(brokers, proxy_host, free_ports(proxy_host, len(brokers))) if proxy
+                 else plan_proxied_nodes(brokers, None))
+        with state.locked(name):
+            state.save_state(name, {
+                "name": name, "backend": "external", "network": "external", "proxy": proxy,
+                "bootstrap": bootstrap, "cluster_id": cluster_id, "kafka_version": None,
+                "nodes": nodes, "faults": [], "created_wall": time.time()})
+        cluster = cls(name)
+        try:
+            for node in nodes:
+                if node.get("proxy"):
+                    cluster.start_proxy(node["id"])
+            cluster.wait_ready(timeout_s)
+        except BaseException:
+            log.error("could not use the existing cluster at %s; stopping what was started", bootstrap)
+            cluster.down(keep_logs=True)
+            raise
+        log.info("existing cluster at %s: brokers %s, clients use %s", bootstrap, sorted(brokers),
+                 cluster.bootstrap_servers())
+        return cluster
+
+    def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
+        """Remove every rule, stop the proxies, remove the state file. The brokers are not touched."""
+        try:
+            st = state.load_state(self.name)
+        except ClusterNotRunning:
+            return
+        self._stop_runs_and_heal()
+        self.stop_proxies()
+        state.remove_state(self.name)
+        if not keep_logs:
+            shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
+        log.info("existing cluster %s (%s) released%s", self.name, st.get("bootstrap"),
+                 ": its fault proxies are stopped" if st.get("proxy") else "")
+
+    # --- what kafkaproof does not own -------------------------------------------
+    def node_state(self, node_id: int) -> str:
+        """Brokers of an existing cluster count as running: kafkaproof cannot see their processes."""
+        self.node(node_id)
+        return "running"
+
+    def unsupported_reason(self, kind: str) -> str:
+        return NOT_OWNED
+
+    def node_incarnation(self, node_id: int) -> str | None:
+        return None
+
+    def start_node(self, node_id: int) -> None:
+        raise FaultError(NOT_OWNED)
+
+    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
+        raise FaultError(NOT_OWNED)
+
+    def pause_node(self, node_id: int) -> None:
+        raise FaultError(NOT_OWNED)
+
+    def resume_node(self, node_id: int) -> None:
+        raise FaultError(NOT_OWNED)
+
+    def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
+        return None
+
+    def controller_ids(self) -> list[int]:
+        return []
+
+    def active_controller(self) -> int | None:
+        """The controller id the cluster reports (DescribeCluster), None if unknown."""
+        with contextlib.suppress(Exception):
+            controller = self.admin().describe_cluster(request_timeout=5).result(timeout=10).controller
+            return None if controller is None else int(controller.id)
+        return None
+
+    def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
+                     config: Any = None, timeout_s: float = 30.0) -> None:
+        """Create the run's topic; refuses one that exists (its old records would join this run's audit)."""
+        # The listing of all topics: asking for this one by name could auto-create it.
+        if topic not in self.metadata().topics:
+            return super().create_topic(topic, partitions, replication_factor, config, timeout_s)
+        raise ClusterError(f"topic {topic!r} already exists on the cluster at {self.direct_bootstrap()}: its records "
+                           f"would be counted in this run's audit. Delete it, or set another topic.name in the scenario")
+
+    # --- views -------------------------------------------------------------------
+    def direct_bootstrap(self) -> str:
+        """The bootstrap servers the user gave: never through a proxy."""
+        return self.state()["bootstrap"]
+
+    def bootstrap_servers(self) -> str:
+        """What clients use: the proxies, or the given bootstrap servers without them."""
+        return super().bootstrap_servers() if self.has_proxy else self.direct_bootstrap()
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Metadata is readable; with proxies, every proxy answers and metadata read through
+        them names only proxy addresses."""
+        if self.has_proxy:
+            self.check_proxies(timeout_s)
+        else:
+            self.metadata(timeout_s=timeout_s)
+
+    def status(self) -> dict[str, Any]:
+        """Proxies, topics and active faults, as a JSON-able dict (like `LocalCluster.status`)."""
+        st = self.state()
+        nodes = []
+        for n in st["nodes"]:
+            nodes.append({"id": n["id"], "roles": n["roles"], "address": f"{n['host']}:{n['client_port']}",
+                          "namespace": None, "pid": None, "state": "external", "alive": True, "paused": False})
+            if n.get("proxy"):
+                pref = ProcessRef.from_json(n["proxy"]["process"])
+                nodes[-1]["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
+                                      "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
+        topics, error = self.topics_status()
+        return {"name": self.name, "backend": "external", "kafka_version": None, "network": "external",
+                "cluster_id": st.get("cluster_id"), "bootstrap_servers": self.bootstrap_servers(),
+                "proxy": bool(st.get("proxy")),
+                "direct_bootstrap": self.direct_bootstrap(), "active_controller": self.active_controller(),
+                "nodes": nodes, "topics": topics,
+                "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")}
+                                  for f in st["faults"]],
+                "metadata_error": error}

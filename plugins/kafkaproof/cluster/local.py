@@ -1,0 +1,374 @@
+"""The local cluster backend: real Apache Kafka (KRaft) nodes as JVM processes on this host.
+
+Each node runs `kafka.Kafka` in its own network namespace with its own IP (see
+`network.py`) when we are root, else on loopback ports (network faults are then
+refused). Everything started is recorded in a state file (`state.py`) so that
+`attach(name).down()` heals and removes the leftovers of a crashed run.
+
+Listeners: CLIENT (9092) for clients, INTERNAL (9094) between brokers,
+CONTROLLER (9093) for the KRaft quorum, so client-path faults can spare the
+replication path.
+
+With `proxy=True` each broker gets a Kafka-aware fault proxy (`proxies.py`) and
+advertises the proxy's address on its CLIENT listener, so every client connection
+crosses the proxy while the INTERNAL and CONTROLLER traffic stays direct.
+kafkaproof's own admin client (readiness, leaders for fault targets, snapshots) and
+the audit drain use the INTERNAL listener (`direct_bootstrap()`), so a proxy fault
+never blinds the orchestrator.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..errors import ClusterError, ClusterNotRunning, FaultError
+from ..spec.cluster import MAX_SLOTS, ClusterConfig, NodeLink, plan_link, new_cluster_id, node_properties, plan_nodes, render_properties
+from ..spec.faults import FAULT_KINDS, NETWORK_KINDS
+from . import network, process, procs, state
+from .base import StatefulCluster
+from .install import KafkaDistribution, ensure_kafka
+from .process import ProcessRef
+
+log = logging.getLogger(__name__)
+
+
+def _free_slot(use_netns: bool) -> int:
+    used = set()
+    for name in state.list_clusters():
+        try:
+            used.add(state.load_state(name)["slot"])
+        except (ClusterNotRunning, KeyError, json.JSONDecodeError):
+            continue
+    if use_netns:
+        for ns in network.list_kafkaproof_namespaces():
+            used.add(int(ns[2:ns.index("n", 2)]))
+    for slot in range(1, MAX_SLOTS + 1):
+        if slot not in used:
+            return slot
+    raise ClusterError("no free cluster slot: run `kafkaproof cluster down --all`")
+
+
+class LocalCluster(StatefulCluster):
+    """A running local cluster. Use `LocalCluster.up(config)` as a context manager, or `backend.attach(name)`."""
+
+    backend = "local"
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        st = state.load_state(name)
+        self.dist = KafkaDistribution(st["kafka_version"], Path(st["kafka_libs"]), st["kafka_source"])
+
+    @property
+    def supported_faults(self) -> frozenset[str]:
+        """Every kind; network faults only when the nodes run in network namespaces (root)."""
+        return self.supported_for("netns" if self.state()["network"] == "netns" else "loopback")
+
+    @staticmethod
+    def supported_for(network_mode: str = "auto") -> frozenset[str]:
+        """The fault kinds a cluster started here with `network_mode` will support."""
+        netns = network_mode == "netns" or (network_mode == "auto" and network.namespaces_supported())
+        return frozenset(k for k in FAULT_KINDS if netns or k not in NETWORK_KINDS)
+
+    def unsupported_reason(self, kind: str) -> str:
+        return (f"network fault {kind!r} needs nodes in network namespaces (run as root); "
+                f"this cluster runs on loopback")
+
+    # --- lifecycle ------------------------------------------------------------
+    @classmethod
+    def up(cls, config: ClusterConfig) -> "LocalCluster":
+        """Start a cluster and return once every broker is registered and the quorum has a leader."""
+        config.validate()
+        if state.state_path(config.name).exists():
+            raise ClusterError(f"a cluster named {config.name!r} is already up; `kafkaproof cluster down"
+                               f"{'' if config.name == 'default' else ' --name ' + config.name}` first")
+        use_netns = _choose_network(config.network)
+        dist = ensure_kafka(config.kafka_version)
+        workdir = state.cluster_dir(config.name)
+        with state.locked(config.name):
+            slot = _free_slot(use_netns)
+            nodes = plan_nodes(config, slot, use_netns)
+            st = {"name": config.name, "slot": slot, "cluster_id": new_cluster_id(),
+                  "network": "netns" if use_netns else "loopback", "kafka_version": dist.version,
+                  "kafka_libs": str(dist.libs), "kafka_source": dist.source, "heap": config.heap,
+                  "proxy": config.proxy,
+                  "config": {"brokers": config.brokers, "controllers": config.controllers,
+                             "broker_config": dict(config.broker_config),
+                             "node_config": {str(k): dict(v) for k, v in config.node_config.items()}},
+                  "nodes": nodes, "faults": [], "created_wall": time.time()}
+            state.save_state(config.name, st)
+        cluster = cls(config.name)
+        try:
+            cluster._provision(config, workdir)
+            cluster.wait_ready(config.start_timeout_s)
+        except BaseException:
+            log.error("cluster %s failed to start; tearing down (node logs in %s)", config.name, workdir)
+            cluster._dump_log_tails()
+            cluster.down(keep_logs=True)
+            raise
+        return cluster
+
+    def _provision(self, config: ClusterConfig, workdir: Path) -> None:
+        st = state.load_state(self.name)
+        if st["network"] == "netns":
+            for node in st["nodes"]:
+                network.create_link(NodeLink.from_json(node["link"]))
+        for node in st["nodes"]:
+            ndir = workdir / f"node-{node['id']}"
+            if ndir.exists():
+                shutil.rmtree(ndir)
+            (ndir / "data").mkdir(parents=True)
+            props = node_properties(config, node, st["nodes"], ndir, self.dist.major)
+            (ndir / "server.properties").write_text(render_properties(props))
+        with ThreadPoolExecutor(max_workers=len(st["nodes"])) as pool:  # each format is a JVM start
+            list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"]), st["nodes"]))
+        for node in st["nodes"]:  # proxies first: brokers advertise them from their first registration
+            if node.get("proxy"):
+                self.start_proxy(node["id"])
+        for node in st["nodes"]:
+            self.start_node(node["id"])
+
+    def _format(self, ndir: Path, cluster_id: str) -> None:
+        cmd = self.dist.java_command("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                                     "-c", str(ndir / "server.properties"), "--ignore-formatted", heap="128m")
+        # The pool threads outlive the format; a crash of this process kills it at once.
+        proc = subprocess.run(process.die_with_parent(cmd), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ClusterError(f"formatting {ndir} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+
+    def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
+        """Heal every fault, stop every node, remove namespaces and the state file. Safe to repeat.
+
+        `graceful=False` kills the JVMs at once: for a cluster whose data was already collected.
+        """
+        try:
+            st = state.load_state(self.name)
+        except ClusterNotRunning:
+            return
+        self._stop_runs_and_heal()
+        refs = [ProcessRef.from_json(n["process"]) for n in st["nodes"]]
+        for ref in refs:  # signal all first, so nodes shut down in parallel
+            if ref and process.state_of(ref) != "dead":
+                with contextlib.suppress(FaultError, ProcessLookupError):
+                    process.send_signal(ref, signal.SIGCONT)
+                    process.send_signal(ref, signal.SIGTERM if graceful else signal.SIGKILL)
+        for ref in refs:
+            process.terminate(ref, grace_s=15.0, reap=self._reap)
+        self.stop_proxies()
+        sweep(state.cluster_dir(self.name))
+        if st["network"] == "netns":
+            for node in st["nodes"]:
+                if node.get("link"):
+                    network.destroy_link(NodeLink.from_json(node["link"]))
+        if self._admin is not None:
+            self._admin = None
+        state.remove_state(self.name)
+        if keep_logs:  # keep server.log and properties, drop the (large) log segments
+            for node in st["nodes"]:
+                shutil.rmtree(self.node_dir(node["id"]) / "data", ignore_errors=True)
+        else:
+            shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
+        log.info("cluster %s is down", self.name)
+
+    # --- nodes ----------------------------------------------------------------
+    def node_ref(self, node_id: int) -> ProcessRef | None:
+        return ProcessRef.from_json(self.node(node_id)["process"])
+
+    def node_state(self, node_id: int) -> str:
+        self._reap()
+        return process.state_of(self.node_ref(node_id))
+
+    def node_incarnation(self, node_id: int) -> str | None:
+        """The node's process (pid and start time): it changes each time the node starts."""
+        ref = self.node_ref(node_id)
+        return f"{ref.pid}:{ref.start_ticks}" if ref else None
+
+    def start_node(self, node_id: int) -> None:
+        """Start (or restart) one node's JVM; no-op if it is running."""
+        node = self.node(node_id)
+        if process.state_of(ProcessRef.from_json(node["process"])) != "dead":
+            return
+        ndir = self.node_dir(node_id)
+        ns = node["link"]["namespace"] if node.get("link") else None
+        cmd = network.netns_prefix(ns) + self.dist.java_command(
+            "kafka.Kafka", str(ndir / "server.properties"), heap=self.state().get("heap", "512m"))
+        logf = open(ndir / "server.log", "ab")
+        logf.write(f"\n==== kafkaproof: starting node {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
+        logf.flush()
+        popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 cwd=ndir, start_new_session=True)
+        logf.close()
+        self._popen[node_id] = popen
+        # `ip netns exec` execs java in place, so this pid is the JVM's.
+        ref = process.ref_for(popen.pid)
+        with state.update_state(self.name) as st:
+            for n in st["nodes"]:
+                if n["id"] == node_id:
+                    n["process"] = ref.to_json()
+                    n["status"] = "running"
+        log.info("node %d started (pid %d)", node_id, popen.pid)
+
+    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
+        """Stop a node: SIGTERM (controlled shutdown) or SIGKILL, and wait until it is gone."""
+        ref = self.node_ref(node_id)
+        if process.state_of(ref) == "dead":
+            return
+        if graceful:
+            process.send_signal(ref, signal.SIGCONT)
+            process.send_signal(ref, signal.SIGTERM)
+            if not process.wait_dead(ref, timeout_s, self._reap):
+                log.warning("node %d ignored SIGTERM for %.0fs; killing it", node_id, timeout_s)
+                process.send_signal(ref, signal.SIGKILL)
+        else:
+            process.send_signal(ref, signal.SIGKILL)
+        process.wait_dead(ref, 10.0, self._reap)
+
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP the node's JVM (a hung process: its connections stay open)."""
+        self._signal(node_id, signal.SIGSTOP)
+
+    def resume_node(self, node_id: int) -> None:
+        """SIGCONT a paused node; a node that is not paused is left alone."""
+        if self.node_state(node_id) == "paused":
+            self._signal(node_id, signal.SIGCONT)
+
+    def _signal(self, node_id: int, sig: int) -> None:
+        """Send a signal to a node's JVM (refused for processes we did not start)."""
+        ref = self.node_ref(node_id)
+        if ref is None:
+            raise FaultError(f"node {node_id} has no process")
+        process.send_signal(ref, sig)
+
+    def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Wait until a node accepts TCP connections on its first listener."""
+        import socket
+        node = self.node(node_id)
+        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.node_state(node_id) == "dead":
+                raise ClusterError(f"node {node_id} exited during start-up; see {self.node_dir(node_id)}/server.log")
+            try:
+                with socket.create_connection((node["host"], port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise ClusterError(f"node {node_id} is not listening on {node['host']}:{port} after {timeout_s:.0f}s")
+
+    # --- cluster-wide views ---------------------------------------------------
+    def active_controller(self) -> int | None:
+        """The KRaft quorum leader, from the quorum-state files of live controllers (highest epoch wins)."""
+        best: tuple[int, int] | None = None
+        for cid in self.controller_ids():
+            if self.node_state(cid) != "running":
+                continue
+            try:
+                qs = json.loads((self.node_dir(cid) / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            leader, epoch = qs.get("leaderId", -1), qs.get("leaderEpoch", -1)
+            if leader is not None and leader >= 0 and (best is None or epoch > best[1]):
+                best = (leader, epoch)
+        if best is None or self.node_state(best[0]) != "running":
+            return None
+        return best[0]
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until the quorum has a leader and every live broker is registered (unfenced)."""
+        deadline = time.monotonic() + timeout_s
+        expected = {b for b in self.broker_ids() if self.node_state(b) == "running"}
+        last = "nothing yet"
+        while time.monotonic() < deadline:
+            for nid in self.node_ids():
+                if self.node(nid)["status"] == "running" and self.node_state(nid) == "dead":
+                    raise ClusterError(f"node {nid} exited; see {self.node_dir(nid)}/server.log")
+            controller = self.active_controller()
+            try:
+                registered = self.registered_brokers()
+            except ClusterError as e:
+                registered, last = set(), str(e)
+            if controller is not None and expected <= registered:
+                if self.has_proxy:
+                    self.check_proxies(max(5.0, deadline - time.monotonic()))
+                log.info("cluster %s ready: brokers %s, active controller %s, bootstrap %s",
+                         self.name, sorted(registered), controller, self.bootstrap_servers())
+                return
+            last = f"controller={controller}, registered brokers={sorted(registered)}, expected={sorted(expected)}"
+            time.sleep(0.5)
+        raise ClusterError(f"cluster {self.name} not ready after {timeout_s:.0f}s ({last}); "
+                           f"node logs in {state.cluster_dir(self.name)}")
+
+    def status(self) -> dict:
+        """Status as JSON-able dict: nodes, active controller, per topic-partition leader/replicas/ISR."""
+        st = self.state()
+        nodes = []
+        for n in st["nodes"]:
+            ref = ProcessRef.from_json(n["process"])
+            nodes.append({"id": n["id"], "roles": n["roles"], "address": f"{n['host']}:{n['client_port'] if 'broker' in n['roles'] else n['controller_port']}",
+                          "namespace": n["link"]["namespace"] if n.get("link") else None,
+                          "pid": ref.pid if ref else None, "state": self.node_state(n["id"]),
+                          "alive": self.node_state(n["id"]) == "running", "paused": self.node_state(n["id"]) == "paused"})
+            if n.get("proxy"):
+                pref = ProcessRef.from_json(n["proxy"]["process"])
+                nodes[-1]["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
+                                      "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
+        topics, error = self.topics_status()
+        return {"name": self.name, "kafka_version": st["kafka_version"], "network": st["network"],
+                "cluster_id": st["cluster_id"], "bootstrap_servers": self.bootstrap_servers(),
+                "proxy": bool(st.get("proxy")), "direct_bootstrap": self.direct_bootstrap(),
+                "active_controller": self.active_controller(), "nodes": nodes, "topics": topics,
+                "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")} for f in st["faults"]],
+                "metadata_error": error}
+
+    def _dump_log_tails(self, lines: int = 15) -> None:
+        try:
+            ids = self.node_ids()
+        except ClusterNotRunning:
+            return
+        for nid in ids:
+            f = self.node_dir(nid) / "server.log"
+            if f.exists():
+                tail = f.read_text(errors="replace").splitlines()[-lines:]
+                log.error("last lines of node %d's log:\n%s", nid, "\n".join(tail))
+
+
+def _choose_network(mode: str) -> bool:
+    can = network.namespaces_supported()
+    if mode == "netns" and not can:
+        raise ClusterError("network mode netns needs root and iproute2 (`ip`); run as root or use --network loopback")
+    if mode == "auto" and not can:
+        log.warning("not root: nodes run on loopback ports; network faults are unavailable")
+    return can and mode != "loopback"
+
+
+def sweep(directory: Path) -> list[int]:
+    """Stop any process still naming `directory` (a node or proxy started an instant before a crash,
+    before its pid reached the state file; a storage format in flight). Returns their pids."""
+    refs = process.find_by_cmdline(f"{directory}/")
+    for ref in refs:
+        log.warning("stopping process %d, which still uses %s", ref.pid, directory)
+        process.terminate(ref, grace_s=5.0)
+    return [r.pid for r in refs]
+
+
+def down_everything() -> list[str]:
+    """Tear down every cluster with a state file, any stray kafkaproof namespaces, and every process a
+    crashed run or analysis left (its workers, its Spark driver)."""
+    from .backend import attach
+    procs.stop_all()
+    names = state.list_clusters()
+    for name in names:
+        attach(name).down()
+    sweep(state.state_dir() / "clusters")
+    if network.namespaces_supported():
+        for ns in network.list_kafkaproof_namespaces():
+            slot_node = ns[2:]
+            slot, node_id = slot_node.split("n")
+            network.destroy_link(plan_link(int(slot), 0, int(node_id)))
+    return names

@@ -1,0 +1,210 @@
+"""Network namespaces, veth links, nftables rules and tc qdiscs for cluster nodes.
+
+Layout (cluster slot `s`, node position `i`): namespace `kp<s>n<id>`, a veth pair
+`kp<s>n<id>h` (root namespace) <-> `eth0` (node namespace) carrying the /30
+`10.77.<s>.<4i>`; the root side is `.4i+1`, the node `.4i+2`. The root namespace
+routes between the nodes (ip_forward), so broker-to-broker traffic crosses two
+veths and the root namespace, where nothing else filters it. Faults install
+nftables tables named `kp_<fault_id>` inside node namespaces; deleting the table
+heals the fault.
+
+Every function here acts only on names with the `kp` prefix it created.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+
+from ..errors import ClusterError, FaultError
+from ..spec.cluster import NodeLink
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^kp\d{1,3}n\d{1,4}$")
+NFT_TABLE_RE = re.compile(r"^kp_[A-Za-z0-9_]+$")
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def namespaces_supported() -> bool:
+    """True when this process can create network namespaces (root with `ip` available)."""
+    return is_root() and shutil.which("ip") is not None
+
+
+def run(cmd: list[str], *, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run a system command, raising ClusterError with its stderr when it fails and `check`."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    if check and proc.returncode != 0:
+        raise ClusterError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+    return proc
+
+
+def _check_name(name: str) -> None:
+    if not NAME_RE.match(name):
+        raise FaultError(f"refusing to touch {name!r}: not a kafkaproof namespace")
+
+
+def create_link(link: NodeLink) -> None:
+    """Create the namespace and veth pair of one node and address both ends."""
+    _check_name(link.namespace)
+    destroy_link(link)  # leftovers of a crashed run with the same slot
+    ns = link.namespace
+    run(["ip", "netns", "add", ns])
+    run(["ip", "link", "add", link.veth_host, "type", "veth", "peer", "name", "eth0", "netns", ns])
+    run(["ip", "addr", "add", f"{link.host_ip}/30", "dev", link.veth_host])
+    run(["ip", "link", "set", link.veth_host, "up"])
+    run(["ip", "-n", ns, "addr", "add", f"{link.node_ip}/30", "dev", "eth0"])
+    run(["ip", "-n", ns, "link", "set", "lo", "up"])
+    run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+    run(["ip", "-n", ns, "route", "add", "default", "via", link.host_ip])
+    enable_forwarding()
+
+
+def enable_forwarding() -> None:
+    """Let the root namespace route between node namespaces."""
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        if f.read().strip() == "1":
+            return
+    with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+        f.write("1\n")
+
+
+def destroy_link(link: NodeLink) -> None:
+    """Delete a node's namespace (which deletes its veth end, rules and qdiscs) and the host veth."""
+    _check_name(link.namespace)
+    run(["ip", "link", "del", link.veth_host], check=False)
+    run(["ip", "netns", "del", link.namespace], check=False)
+
+
+def list_kafkaproof_namespaces() -> list[str]:
+    """Names of existing namespaces that kafkaproof creates (by naming convention)."""
+    proc = run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in proc.stdout.splitlines() if line and NAME_RE.match(line.split()[0])]
+
+
+def netns_prefix(namespace: str | None) -> list[str]:
+    """Command prefix to run something inside `namespace` (empty for the root namespace)."""
+    return ["ip", "netns", "exec", namespace] if namespace else []
+
+
+# --- nftables ---------------------------------------------------------------
+
+def with_counter(rule: str) -> str:
+    """Pure: a drop rule that also counts what it dropped (the heal reads it: did the fault take effect?)."""
+    return rule[: -len("drop")] + "counter drop" if rule.endswith(" drop") and "counter" not in rule else rule
+
+
+def nft_ruleset(table: str, input_rules: list[str], output_rules: list[str]) -> str:
+    """Pure: an nft script creating `table` with filter chains holding the given rules (each counting its drops)."""
+    if not NFT_TABLE_RE.match(table):
+        raise FaultError(f"bad nft table name {table!r}")
+    lines = [f"table inet {table} {{",
+             "  chain input { type filter hook input priority -10; policy accept;"]
+    lines += [f"    {with_counter(r)}" for r in input_rules]
+    lines += ["  }", "  chain output { type filter hook output priority -10; policy accept;"]
+    lines += [f"    {with_counter(r)}" for r in output_rules]
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def nft_apply(namespace: str, script: str) -> None:
+    """Load an nft script inside a node namespace."""
+    _check_name(namespace)
+    if not shutil.which("nft"):
+        raise FaultError("network faults need nftables: apt-get install nftables")
+    proc = run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], check=False, input=script)
+    if proc.returncode != 0:
+        raise FaultError(f"nft rejected the rules in {namespace}: {proc.stderr.strip()}\n{script}")
+
+
+def nft_delete_table(namespace: str, table: str) -> None:
+    """Delete one of our nft tables in a namespace; a missing table or namespace is fine."""
+    _check_name(namespace)
+    if not NFT_TABLE_RE.match(table):
+        raise FaultError(f"refusing to delete nft table {table!r}: not created by kafkaproof")
+    run(["ip", "netns", "exec", namespace, "nft", "delete", "table", "inet", table], check=False)
+
+
+def nft_dropped(namespace: str, table: str) -> dict[str, int]:
+    """Packets and bytes the counters of one of our tables dropped so far ({} if the table is gone)."""
+    _check_name(namespace)
+    if not NFT_TABLE_RE.match(table):
+        raise FaultError(f"refusing to read nft table {table!r}: not created by kafkaproof")
+    proc = run(["ip", "netns", "exec", namespace, "nft", "-j", "list", "table", "inet", table], check=False)
+    if proc.returncode != 0:
+        return {}
+    return counters_from_json(proc.stdout)
+
+
+def counters_from_json(text: str) -> dict[str, int]:
+    """Pure: summed `counter` packets/bytes of an `nft -j list table` document."""
+    import json
+    packets = bytes_ = 0
+    for item in json.loads(text).get("nftables", []):
+        for expr in (item.get("rule") or {}).get("expr", []):
+            counter = expr.get("counter") if isinstance(expr, dict) else None
+            if counter:
+                packets += int(counter.get("packets", 0))
+                bytes_ += int(counter.get("bytes", 0))
+    return {"packets": packets, "bytes": bytes_}
+
+
+def nft_tables(namespace: str) -> list[str]:
+    """Names of the nft tables inside a node namespace."""
+    _check_name(namespace)
+    proc = run(["ip", "netns", "exec", namespace, "nft", "list", "tables"], check=False)
+    return [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("table")]
+
+
+# --- tc (bandwidth) ---------------------------------------------------------
+
+def tbf_args(rate_kbit: int, burst_kbit: int | None = None, latency_ms: int = 500) -> list[str]:
+    """Pure: tc arguments of a token bucket filter limiting to `rate_kbit`."""
+    if rate_kbit <= 0:
+        raise FaultError(f"bandwidth rate must be > 0 kbit/s, got {rate_kbit}")
+    burst = burst_kbit or max(32, rate_kbit // 50)
+    return ["tbf", "rate", f"{rate_kbit}kbit", "burst", f"{burst}kbit", "latency", f"{latency_ms}ms"]
+
+
+def tc_limit(link: NodeLink, rate_kbit: int) -> None:
+    """Limit a node's bandwidth both ways: egress of its eth0 and of the host veth toward it."""
+    _check_name(link.namespace)
+    args = tbf_args(rate_kbit)
+    run(["ip", "netns", "exec", link.namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", *args])
+    run(["tc", "qdisc", "replace", "dev", link.veth_host, "root", *args])
+
+
+def tc_stats(link: NodeLink) -> dict[str, int]:
+    """What our token buckets on a node's link held back so far: overlimits and drops, summed over both ends."""
+    _check_name(link.namespace)
+    total = {"overlimits": 0, "dropped": 0}
+    for cmd in (["ip", "netns", "exec", link.namespace, "tc", "-s", "-j", "qdisc", "show", "dev", "eth0"],
+                ["tc", "-s", "-j", "qdisc", "show", "dev", link.veth_host]):
+        proc = run(cmd, check=False)
+        if proc.returncode == 0:
+            for k, v in qdisc_stats_from_json(proc.stdout).items():
+                total[k] += v
+    return total
+
+
+def qdisc_stats_from_json(text: str) -> dict[str, int]:
+    """Pure: overlimits and drops of the tbf qdiscs in a `tc -s -j qdisc show` document."""
+    import json
+    out = {"overlimits": 0, "dropped": 0}
+    for q in json.loads(text or "[]"):
+        if q.get("kind") == "tbf":
+            out["overlimits"] += int(q.get("overlimits", 0))
+            out["dropped"] += int(q.get("drops", 0))
+    return out
+
+
+def tc_clear(link: NodeLink) -> None:
+    """Remove our bandwidth limits from a node's link."""
+    _check_name(link.namespace)
+    run(["ip", "netns", "exec", link.namespace, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+    run(["tc", "qdisc", "del", "dev", link.veth_host, "root"], check=False)

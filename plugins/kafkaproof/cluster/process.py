@@ -1,0 +1,133 @@
+"""Identify and signal processes we started, and only those.
+
+A pid alone can be reused after its process dies; we keep the kernel's start
+time of the process (field 22 of /proc/<pid>/stat) next to it and refuse to
+signal a pid whose start time differs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+
+from ..errors import FaultError
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    pid: int
+    start_ticks: int
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "start_ticks": self.start_ticks}
+
+    @staticmethod
+    def from_json(d: dict | None) -> "ProcessRef | None":
+        return ProcessRef(d["pid"], d["start_ticks"]) if d else None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm (field 2) may contain spaces; split after its closing paren.
+    rest = raw[raw.rindex(")") + 2:].split()
+    return rest  # rest[0] is field 3 (state)
+
+
+def start_ticks(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def ref_for(pid: int) -> ProcessRef:
+    ticks = start_ticks(pid)
+    if ticks is None:
+        raise FaultError(f"process {pid} is gone")
+    return ProcessRef(pid, ticks)
+
+
+def state_of(ref: ProcessRef | None) -> str:
+    """'running', 'paused', or 'dead' (gone, zombie, or pid reused by another process)."""
+    if ref is None:
+        return "dead"
+    fields = _stat_fields(ref.pid)
+    if fields is None or int(fields[19]) != ref.start_ticks:
+        return "dead"
+    code = fields[0]
+    if code in ("Z", "X", "x"):
+        return "dead"
+    return "paused" if code in ("T", "t") else "running"
+
+
+def send_signal(ref: ProcessRef, sig: int) -> None:
+    """Signal a process we started; refuse if the pid now belongs to someone else."""
+    if state_of(ref) == "dead":
+        raise FaultError(f"process {ref.pid} is not running (or is no longer the one kafkaproof started)")
+    os.kill(ref.pid, sig)
+
+
+def wait_dead(ref: ProcessRef, timeout_s: float, reap: "callable | None" = None) -> bool:
+    """Wait until the process is gone; returns False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if reap:
+            reap()
+        if state_of(ref) == "dead":
+            return True
+        time.sleep(0.05)
+    return state_of(ref) == "dead"
+
+
+def terminate(ref: ProcessRef | None, grace_s: float = 10.0, reap=None) -> None:
+    """SIGCONT (a paused JVM ignores SIGTERM until resumed), SIGTERM, then SIGKILL after `grace_s`."""
+    if ref is None or state_of(ref) == "dead":
+        return
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        try:
+            os.kill(ref.pid, sig)
+        except ProcessLookupError:
+            return
+    if not wait_dead(ref, grace_s, reap):
+        try:
+            os.kill(ref.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        wait_dead(ref, 5.0, reap)
+
+
+def die_with_parent(argv: list[str]) -> list[str]:
+    """Prefix `argv` so the program gets SIGKILL when this process dies (util-linux `setpriv --pdeathsig`).
+
+    For helpers that must not outlive their caller (a storage format, a Spark driver). Only from
+    the main thread or a thread that outlives the child: the kernel signals when the *thread*
+    that started the child ends.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+
+def find_by_cmdline(marker: str) -> list[ProcessRef]:
+    """Live processes whose command line contains `marker` (e.g. a cluster's state directory).
+
+    The last line of defence of a teardown: a process started an instant before a crash,
+    before its pid reached the state file, still names the cluster's files on its command line.
+    """
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            ticks = start_ticks(int(entry))
+            if ticks is not None:
+                found.append(ProcessRef(int(entry), ticks))
+    return found

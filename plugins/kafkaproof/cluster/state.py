@@ -1,0 +1,77 @@
+"""Persistent state of live clusters: what we started, so any process can heal and tear it down.
+
+One JSON file per cluster at `<state_dir>/clusters/<name>/state.json`, updated
+under an exclusive file lock. `kafkaproof cluster down` reads it after a crash
+to kill our processes, heal our faults and remove our namespaces.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import ClusterNotRunning
+from ..paths import state_dir
+from ..spec.cluster import check_cluster_name
+
+
+
+def cluster_dir(name: str) -> Path:
+    return state_dir() / "clusters" / check_cluster_name(name)
+
+
+def state_path(name: str) -> Path:
+    return cluster_dir(name) / "state.json"
+
+
+def list_clusters() -> list[str]:
+    """Names of clusters that have a state file."""
+    root = state_dir() / "clusters"
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob("*/state.json"))
+
+
+def load_state(name: str) -> dict[str, Any]:
+    path = state_path(name)
+    if not path.exists():
+        raise ClusterNotRunning(f"no cluster named {name!r} is running (no {path}); start one with `kafkaproof cluster up`")
+    return json.loads(path.read_text())
+
+
+def save_state(name: str, state: dict[str, Any]) -> None:
+    path = state_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def remove_state(name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        state_path(name).unlink()
+
+
+@contextlib.contextmanager
+def locked(name: str) -> Iterator[None]:
+    """Exclusive lock on one cluster's state across processes."""
+    d = cluster_dir(name)
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def update_state(name: str) -> Iterator[dict[str, Any]]:
+    """Load, let the caller mutate, and save a cluster's state under the lock."""
+    with locked(name):
+        state = load_state(name)
+        yield state
+        save_state(name, state)

@@ -1,0 +1,97 @@
+"""The upgrade page: each scenario on the current and the candidate Kafka version, side by side."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .batch_page import batch_dir, change_since, nonzero_anomalies, summary_problems, summary_report
+from .data import key_numbers
+from .kit import (Markup, badge, bullets, esc, fmt_ms, fmt_num, join, link, now_utc, page, plural, rel_href, table,
+                   tag, write_html)
+from .verdict_text import ordered_kinds
+
+
+def upgrade_pairs(summaries: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping | None, Mapping | None]]:
+    """Pure: (scenario, current summary, candidate summary) per scenario, sorted by name."""
+    by: dict[str, dict[str, Mapping]] = {}
+    for s in summaries:
+        by.setdefault(s["scenario"], {})[s.get("label") or "current"] = s
+    return [(name, d.get("current"), d.get("candidate")) for name, d in sorted(by.items())]
+
+
+def version_of(pairs: Sequence[tuple[str, Mapping | None, Mapping | None]], index: int) -> str:
+    versions = sorted({p[index].get("kafka_version") for p in pairs if p[index] and p[index].get("kafka_version")})
+    return ", ".join(versions) or "?"
+
+
+def upgrade_cell(s: Mapping | None, here: Path) -> Markup:
+    if not s:
+        return Markup(tag("span", "no result", class_="muted"))
+    report = summary_report(s)
+    k = key_numbers(s.get("metrics"))
+    lines = [badge(s.get("verdict")), esc(" "), link(rel_href(report, here), "report") if report else esc("no report"),
+             tag("div", f"recovery {fmt_num(k['recovery_s'], 1, 's')} · p99 {fmt_ms(k['p99_ms'])}", class_="detail"),
+             tag("div", f"anomalies: {nonzero_anomalies(s)}", class_="detail")]
+    problems = summary_problems(s)
+    if problems:
+        lines.append(tag("div", "; ".join(problems), class_="detail"))
+    return join(lines)
+
+
+def version_change(cur: Mapping | None, cand: Mapping | None) -> tuple[str, str]:
+    """Pure: the candidate's verdict against the current version's, as (text, css class)."""
+    if cand is None:
+        return "no result on the candidate version", "worse"
+    if cur is None:
+        return "no result on the current version to compare with", "worse"
+    text, cls = change_since(cur.get("verdict"), cand.get("verdict") or "error")
+    return ("same verdict", cls) if text in ("unchanged", "still failing", "still in error") else \
+        (text.replace("(was", "(current"), cls)
+
+
+def metric_deltas(cur: Mapping | None, cand: Mapping | None) -> list[str]:
+    """Pure: key numbers of the candidate next to the current version's, and anomaly kinds only one of them has."""
+    if not cur or not cand:
+        return []
+    a, b = key_numbers(cur.get("metrics")), key_numbers(cand.get("metrics"))
+    out = []
+    for key, label, fmt in (("recovery_s", "recovery", lambda v: fmt_num(v, 1, "s")), ("p99_ms", "p99", fmt_ms)):
+        if a[key] is not None and b[key] is not None and a[key] != b[key]:
+            out.append(f"{label} {fmt(b[key])} vs {fmt(a[key])}")
+    ca, cb = a["counts"] or {}, b["counts"] or {}
+    out += [f"new on the candidate: {k} {cb[k]:,}" for k in ordered_kinds(cb) if cb[k] and not ca.get(k)]
+    out += [f"gone on the candidate: {k} (was {ca[k]:,})" for k in ordered_kinds(ca) if ca[k] and not cb.get(k)]
+    return out
+
+
+def render_upgrade(summaries: Sequence[Mapping[str, Any]], worse: Sequence[str], batch_id: str, here: Path) -> str:
+    """The upgrade comparison page: scenario × Kafka version, and why the candidate is worse."""
+    pairs = upgrade_pairs(summaries)
+    cur_v, cand_v = version_of(pairs, 1), version_of(pairs, 2)
+    status = "fail" if worse else ("pass" if pairs else "error")
+    headline = (f"CANDIDATE {cand_v} IS WORSE than {cur_v}" if worse else
+                f"Candidate {cand_v} is no worse than {cur_v}" if pairs else "No results to compare")
+    body = [tag("h1", f"Upgrade check {batch_id}"), tag("div", f"generated {now_utc()}", class_="sub"),
+            tag("section", [tag("h2", headline),
+                            bullets(worse) if worse else tag("div", f"{plural(len(pairs), 'scenario')} compared.")],
+                class_=f"verdict {status}")]
+    rows = []
+    for name, cur, cand in pairs:
+        text, cls = version_change(cur, cand)
+        deltas = metric_deltas(cur, cand)
+        rows.append((name, upgrade_cell(cur, here), upgrade_cell(cand, here),
+                     join([tag("span", text, class_=f"chg {cls}"), *[tag("div", d, class_="detail") for d in deltas]])))
+    body.append(tag("h2", "Scenario × Kafka version"))
+    body.append(table(["scenario", f"current ({cur_v})", f"candidate ({cand_v})", "candidate vs current"], rows))
+    return page(f"{'WORSE' if worse else 'OK'} upgrade check {batch_id} — kafkaproof", body)
+
+
+def write_upgrade_report(summaries: list[dict], worse: list[str], batch_id: str, out: Path) -> Path:
+    """Write `<out>/batches/<safe batch id>/index.html` comparing current vs candidate Kafka per scenario.
+
+    `summaries` carry `label` 'current' or 'candidate'; `worse` lists why the candidate is
+    worse (`pipeline.upgrade_differences`).
+    """
+    summaries = [s for s in summaries if s]
+    here = batch_dir(batch_id, out)
+    return write_html(here / "index.html", render_upgrade(summaries, list(worse), batch_id, here))

@@ -1,0 +1,109 @@
+"""The control channel between a run and the fault tasks of other processes (the nightly DAG's fault tasks).
+
+A run started with `RunOptions(control=NAME)` does not time its faults itself: it announces
+its start (`start.json`: run id, run directory, the monotonic and wall time of its t0, the
+faults of its timeline) in `<state>/control/<NAME>/`, and injects or heals timeline entry
+`i` when a request file asks for it, answering with an acknowledgement (what the target
+resolved to, when). Each fault task waits for the start, sleeps until its `at`, asks for the
+injection, waits out the fault's `duration` and asks for the heal. Whatever happens to a
+task, the run heals every fault when its workload ends, and the cluster's teardown heals
+what a crashed run left. Files are written atomically (temporary file, then rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import FaultError
+from ..paths import state_dir
+
+POLL_S = 0.02
+
+
+def control_dir(name: str) -> Path:
+    """Where a run and its fault tasks meet (one directory per scenario run of a batch)."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"bad control name {name!r}")
+    return state_dir() / "control" / name
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+class RunControl:
+    """One run's control directory, from either side."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.dir = control_dir(name)
+
+    # --- the run's side ------------------------------------------------------
+    def reset(self) -> None:
+        """Start clean (a retried task must not see the marks of an earlier attempt)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+
+    def announce_start(self, run_id: str, run_dir: Path, t0_mono_ns: int, t0_wall: float,
+                       faults: list[dict[str, Any]]) -> None:
+        """The workload's start mark: fault tasks time their `at` from it."""
+        _write(self.dir / "start.json", {"run_id": run_id, "run_dir": str(run_dir), "t0_mono_ns": t0_mono_ns,
+                                         "t0_wall": t0_wall, "faults": faults, "pid": os.getpid()})
+
+    def requested(self, index: int, action: str) -> dict[str, Any] | None:
+        """A fault task's request to `inject` or `heal` timeline entry `index`, if it came."""
+        return _read(self.dir / "requests" / f"{index}-{action}.json")
+
+    def acknowledge(self, index: int, action: str, result: dict[str, Any]) -> None:
+        _write(self.dir / "acks" / f"{index}-{action}.json", result)
+
+    def finish(self, status: str) -> None:
+        """The run ended (tasks still waiting give up at once)."""
+        _write(self.dir / "done.json", {"status": status})
+
+    # --- a fault task's side -------------------------------------------------
+    def wait_started(self, timeout_s: float) -> dict[str, Any]:
+        """The run's start mark; FaultError if the run did not start within `timeout_s` or ended first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            start = _read(self.dir / "start.json")
+            if start is not None:
+                return start
+            if self.ended():
+                raise FaultError(f"the run of {self.name} ended before its workload started")
+            time.sleep(0.1)
+        raise FaultError(f"the run of {self.name} did not start its workload within {timeout_s:.0f}s")
+
+    def ended(self) -> dict[str, Any] | None:
+        return _read(self.dir / "done.json")
+
+    def request(self, index: int, action: str, timeout_s: float) -> dict[str, Any]:
+        """Ask the run to `inject` or `heal` entry `index` and wait for its answer (or its end)."""
+        _write(self.dir / "requests" / f"{index}-{action}.json", {"index": index, "action": action,
+                                                                   "requested_mono_ns": time.monotonic_ns()})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ack = _read(self.dir / "acks" / f"{index}-{action}.json")
+            if ack is not None:
+                return ack
+            done = self.ended()
+            if done is not None:
+                raise FaultError(f"the run of {self.name} ended ({done['status']}) before it answered "
+                                 f"the {action} of faults[{index}]")
+            time.sleep(POLL_S)
+        raise FaultError(f"the run of {self.name} did not answer the {action} of faults[{index}] "
+                         f"within {timeout_s:.0f}s")

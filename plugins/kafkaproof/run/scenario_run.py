@@ -1,0 +1,392 @@
+"""Run a scenario: cluster, topic, consumers, producers, fault timeline, heal, drain, ledger.
+
+`run_scenario` turns a validated Scenario into a run directory (see
+docs/ledger-schema.md). Whatever happens (an exception, SIGINT/SIGTERM, a
+timeout) it heals every fault, stops every process it started, tears the
+cluster down and writes `manifest.json`; a run that could not collect its data
+ends `incomplete` or `error`, never `complete`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import shutil
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .. import __version__
+from ..cluster import ExternalCluster, LocalCluster, attach, unsupported_faults
+from ..cluster.heal import now
+from ..errors import KafkaproofError
+from ..faults import FaultInjector, check_scenario_faults
+from ..spec import ledger
+from ..spec.clients import (ClientConfigError, apply_overrides, effective_clients, environment_overrides,
+                            producer_settings)
+from ..spec.cluster import cluster_config
+from ..spec.scenario import Scenario
+from .assemble import (assemble_consumer_tables, assemble_sends, collect_proxy_events, fault_rows,
+                       proxy_event_rows)
+from .drain import audit_summary, drain, high_watermarks
+from .sampler import SnapshotSampler
+from .timeline import Timeline
+from .workers import WorkerEvents, Workers
+
+log = logging.getLogger(__name__)
+
+
+class RunInterrupted(KafkaproofError):
+    """The run was interrupted (SIGINT/SIGTERM) or hit its time limit."""
+
+
+@dataclass
+class RunOptions:
+    out: Path = Path("runs")
+    messages: int | None = None
+    kafka_version: str | None = None
+    brokers: int | None = None  # override cluster.brokers (local clusters only)
+    bootstrap: str | None = None  # an existing cluster instead of a local one
+    cluster_name: str | None = None
+    attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
+    progress_interval_s: float = 2.0
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    status: str  # complete | incomplete | error
+    error: str | None = None
+
+
+def new_run_id(scenario_name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{scenario_name}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+def versions(kafka_version: str | None) -> dict[str, str | None]:
+    import confluent_kafka
+    return {"kafka": kafka_version, "confluent_kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version(),
+            "pyarrow": pa.__version__, "kafkaproof": __version__}
+
+
+# --- worker processes ------------------------------------------------------------
+
+
+# --- cluster snapshots -----------------------------------------------------------
+
+
+# --- drain -----------------------------------------------------------------------
+
+
+# --- assembling the ledger -------------------------------------------------------
+
+
+# --- the run ---------------------------------------------------------------------
+
+class ScenarioRun:
+    """One execution of a scenario. Use `execute()`; it never leaves anything running."""
+
+    def __init__(self, scenario: Scenario, options: RunOptions):
+        configured = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
+                                             options.bootstrap)
+        check_scenario_faults(configured)  # the proxy's own rule parser, before anything starts
+        try:
+            self.environment_overrides = environment_overrides(os.environ)
+        except ClientConfigError as e:
+            raise KafkaproofError(f"environment: {e}") from None
+        # What runs includes the environment's extra settings; the hash (history's "same configuration")
+        # does not: they are the system under test changing, which is what history is there to catch.
+        self.scenario = Scenario(configured.name, configured.path,
+                                 apply_overrides(configured.data, self.environment_overrides))
+        self.scenario_hash = configured.hash()
+        self.options = options
+        self.run_id = new_run_id(scenario.name)
+        self.run_dir = Path(options.out).resolve() / self.run_id
+        self.work = self.run_dir / "work"
+        self.fault_log = self.work / "faults.jsonl"
+        self.cluster: LocalCluster | None = None
+        self.bootstrap: str | None = options.bootstrap
+        self.direct_bootstrap: str | None = options.bootstrap  # never through a fault proxy (the drain)
+        self.proxy_events_file = self.work / "proxy-events.jsonl"
+        self.timings: dict[str, dict] = {}
+        self.fault_errors: list[str] = []
+        self.audit_marks: dict[str, dict] = {}
+        self.audit_rows: list[dict] = []
+        self.sampler: SnapshotSampler | None = None
+        mono, wall = time.monotonic_ns(), time.time_ns()
+        self.manifest: dict[str, Any] = {
+            "run_id": self.run_id, "scenario": self.scenario.data, "scenario_name": self.scenario.name,
+            "scenario_path": self.scenario.path, "scenario_hash": self.scenario_hash,
+            "environment_overrides": self.environment_overrides,
+            "guarantee": self.scenario.guarantee, "expect": self.scenario.expect,
+            "versions": versions(self.scenario.data["cluster"]["kafka_version"]),
+            "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "platform": platform.platform()},
+            "clock": {"monotonic_origin_ns": mono, "wall_origin_ns": wall, "unit": "ns", "source": "CLOCK_MONOTONIC"},
+            "topic": self.scenario.topic, "clients": effective_clients(self.scenario.data),
+            "status": "running", "error": None}
+
+    # phases ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        start_ns, start_wall = now()
+        log.info("[%s] %s", self.scenario.name, name)
+        try:
+            yield
+        finally:
+            end_ns, end_wall = now()
+            self.timings[name] = {"start_ns": start_ns, "end_ns": end_ns, "start_wall": start_wall,
+                                  "end_wall": end_wall, "seconds": round((end_ns - start_ns) / 1e9, 3)}
+
+    def execute(self) -> RunResult:
+        self.work.mkdir(parents=True, exist_ok=True)
+        ledger.write_manifest(self.run_dir, self.manifest)
+        status, error = "complete", None
+        deadline = time.monotonic() + self.scenario.data["timeout_s"]
+        try:
+            with contextlib.ExitStack() as stack:
+                self._provision(stack)
+                self._experiment(stack, deadline)
+            with self.phase("assemble"):
+                self._assemble()
+            if self.fault_errors:
+                status, error = "error", "faults could not be injected: " + "; ".join(self.fault_errors)
+            incomplete = [p for iso in self.audit_marks.values() for p, m in iso.items() if not m["complete"]]
+            if incomplete and status == "complete":
+                status, error = "incomplete", f"the drain did not reach the high watermark of partitions {sorted(set(incomplete))}"
+        except (KeyboardInterrupt, RunInterrupted) as e:
+            status, error = "incomplete", f"interrupted: {e or 'signal'}"
+        except KafkaproofError as e:
+            status, error = "error", str(e)
+        except Exception as e:  # an unexpected failure must still end as a recorded error
+            log.exception("run failed")
+            status, error = "error", f"{type(e).__name__}: {e}"
+        finally:
+            self.manifest.update(status=status, error=error, timings=self.timings,
+                                 bootstrap=self.bootstrap, direct_bootstrap=self.direct_bootstrap,
+                                 audit=audit_summary(self.audit_marks),
+                                 fault_errors=self.fault_errors)
+            ledger.write_manifest(self.run_dir, self.manifest)
+        log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
+                 f" ({error})" if error else "", self.run_dir)
+        return RunResult(self.run_id, self.run_dir, status, error)
+
+    def _provision(self, stack: contextlib.ExitStack) -> None:
+        """Get the cluster the run uses, refusing faults its backend cannot inject before anything starts."""
+        data = self.scenario.data
+        if self.options.attach:
+            with self.phase("provision"):
+                self.cluster = attach(self.options.cluster_name)
+                self._refuse_unsupported(self.cluster.supported_faults, self.cluster.backend)
+                self.cluster.wait_ready(60)
+                if data["cluster"].get("proxy") and not self.cluster.has_proxy:
+                    raise KafkaproofError(f"the scenario needs the fault proxy but cluster "
+                                          f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
+            stack.callback(self._copy_node_logs)
+        elif self.options.bootstrap is None:
+            self._refuse_unsupported(LocalCluster.supported_for(), "local")
+            cfg = cluster_config(data, self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")
+            with self.phase("provision"):
+                self.cluster = LocalCluster.up(cfg)
+            stack.callback(self._teardown)
+        else:
+            self._refuse_unsupported(ExternalCluster.supported_faults, "external")
+            with self.phase("provision"):
+                self.cluster = ExternalCluster.up(self.options.bootstrap,
+                                                  self.options.cluster_name or f"ext-{uuid.uuid4().hex[:6]}",
+                                                  proxy=bool(data["cluster"].get("proxy")))
+            stack.callback(self._teardown)
+        stack.callback(self._collect_proxy_events)  # before the logs are copied and the cluster goes
+        self.bootstrap = self.cluster.bootstrap_servers()
+        self.direct_bootstrap = self.cluster.direct_bootstrap()
+        self.manifest["cluster"] = self.cluster.status()
+        t = data["topic"]
+        if t["create"]:
+            with self.phase("create_topic"):
+                self.cluster.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
+                self.cluster.wait_in_sync(t["name"])
+                self.manifest["topic_description"] = self.cluster.describe_topic(t["name"])
+
+    def _refuse_unsupported(self, supported: frozenset[str], backend: str) -> None:
+        """The timeline's faults the backend cannot inject, refused before anything starts."""
+        kinds = {t.spec.kind for t in self.scenario.timeline() if not t.on_consumer}
+        refused = unsupported_faults(kinds, supported)
+        if not refused:
+            return
+        if backend == "external":
+            raise KafkaproofError(f"faults {', '.join(refused)} need the local cluster backend; on an existing "
+                                  f"cluster (--bootstrap) only proxy faults and consumer faults apply")
+        raise KafkaproofError(f"faults {', '.join(refused)} are not supported by the {backend} cluster backend here "
+                              f"(network faults need root: network namespaces and nftables)")
+
+    def _collect_proxy_events(self) -> None:
+        """Keep what the fault proxies logged during this run (`work/proxy-events.jsonl`)."""
+        if self.cluster is None or not self.cluster.has_proxy:
+            return
+        try:
+            n = collect_proxy_events(self.cluster, self.manifest["clock"]["monotonic_origin_ns"], self.proxy_events_file)
+            log.info("[%s] %d proxy events kept", self.scenario.name, n)
+            (self.run_dir / "logs").mkdir(exist_ok=True)
+            for nid in self.cluster.proxy_ids():
+                src = self.cluster.node_dir(nid) / "proxy.log"
+                if src.exists():
+                    shutil.copy(src, self.run_dir / "logs" / f"proxy-{nid}.log")
+        except Exception as e:  # never block the teardown; the run then lacks proxy events
+            log.error("could not collect the proxy events: %s", e)
+            self.fault_errors.append(f"proxy events not collected: {e}")
+
+    def _copy_node_logs(self) -> None:
+        logs = self.run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        for nid in self.cluster.node_ids():
+            src = self.cluster.node_dir(nid) / "server.log"
+            if src.exists():
+                shutil.copy(src, logs / f"node-{nid}.log")
+
+    def _teardown(self) -> None:
+        with self.phase("teardown"):
+            self._copy_node_logs()
+            self.cluster.down(keep_logs=False, graceful=False)  # data already drained
+
+    def _producer_bootstrap(self) -> str:
+        ids = self.scenario.data["producers"].get("bootstrap")
+        if not ids or self.cluster is None:
+            return self.bootstrap
+        nodes = {n["id"]: n for n in self.cluster.state()["nodes"]}
+        return ",".join(f"{nodes[i]['advertised_host']}:{nodes[i]['advertised_port']}" for i in ids)
+
+    def _experiment(self, stack: contextlib.ExitStack, deadline: float) -> None:
+        data = self.scenario.data
+        topic = data["topic"]["name"]
+        injector = stack.enter_context(FaultInjector(self.cluster, topic, self.fault_log)) if self.cluster else None
+        events = WorkerEvents()
+        stack.callback(events.close)
+        workers = Workers(self.work, {"run_id": self.run_id, "out": str(self.work), "topic": topic,
+                                      "bootstrap": self.bootstrap, "notify": events.address},
+                          owner=self.run_id, cluster=self.cluster.name if self.cluster else None)
+        stack.callback(workers.kill_all)
+        sampler = SnapshotSampler(self.cluster, topic).start()
+        stack.callback(sampler.stop)
+        self.sampler = sampler
+        cons = data["consumers"]
+        prod = data["producers"]
+        consumer_spec = {k: cons[k] for k in ("mode", "isolation_level", "commit", "processing_ms", "config")}
+        consumer_spec["group"] = cons.get("group", "")
+        if cons["mode"] == "assign":
+            consumer_spec["partitions"] = list(range(data["topic"]["partitions"]))
+        producer_spec = {k: prod[k] for k in ("rate", "value_size", "keys", "config") if k in prod}
+        producer_spec.update({k: prod[k] for k in ("messages", "duration_s", "transactions") if k in prod})
+        producer_spec["bootstrap"] = self._producer_bootstrap()
+        producer_spec["offsets_from_broker"] = producer_settings(prod, 0)["offsets_from_broker"]
+
+        with self.phase("workload"):
+            for i in range(cons["count"]):
+                workers.start_consumer(i, consumer_spec)
+            t0 = time.monotonic()
+            timeline = Timeline(self, injector, workers, t0, events)
+            stack.callback(timeline.stop)
+            timeline.start()
+            producers_started = False
+            last_progress = 0.0
+            while True:
+                if time.monotonic() > deadline:
+                    raise RunInterrupted(f"time limit of {data['timeout_s']}s reached")
+                elapsed = time.monotonic() - t0
+                if not producers_started and elapsed >= prod["start_after_s"]:
+                    for i in range(prod["count"]):
+                        workers.start_producer(i, producer_spec)
+                    producers_started = True
+                if time.monotonic() - last_progress >= self.options.progress_interval_s:
+                    self._show_progress(workers, elapsed, timeline)
+                    last_progress = time.monotonic()
+                if producers_started and workers.producers_done() and timeline.finished():
+                    break
+                time.sleep(0.2)
+            self._show_progress(workers, time.monotonic() - t0, timeline)
+            self._check_producers(workers)
+        with self.phase("heal"):
+            timeline.stop()
+            timeline.heal_everything()
+        with self.phase("settle"):
+            self._wait_consumers_settle(workers, deadline)
+            workers.stop_consumers()
+        with self.phase("drain"):
+            for iso in ("read_uncommitted", "read_committed"):
+                rows, marks = drain(self.direct_bootstrap, topic, iso, data["drain"]["timeout_s"])
+                self.audit_rows += rows
+                self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
+        sampler.stop()
+
+    def _check_producers(self, workers: Workers) -> None:
+        """A producer that crashed did not send what the scenario says: the run cannot pass."""
+        for i, proc in workers.producers.items():
+            if proc.returncode != 0:
+                log_path = self.work / f"producer-{i}.stderr.log"
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.exists() else []
+                raise KafkaproofError(f"producer {i} exited with code {proc.returncode}: {' | '.join(tail)} "
+                                      f"(full log: {log_path})")
+
+    def _wait_consumers_settle(self, workers: Workers, deadline: float) -> None:
+        """Let the consumers catch up: until, for every partition, some live consumer's fetch position
+        reaches the high watermark (bounded by drain.timeout_s; what they miss shows as not delivered)."""
+        if not workers.consumers:
+            return
+        limit = min(deadline, time.monotonic() + self.scenario.data["drain"]["timeout_s"])
+        marks = high_watermarks(self.direct_bootstrap, self.scenario.topic)
+        behind = marks
+        while time.monotonic() < limit:
+            for i, proc in list(workers.consumers.items()):
+                if proc.poll() is not None:  # a consumer left dead by a fault still gets to finish
+                    workers.restart_consumer(i)
+            positions = workers.consumer_positions()
+            behind = {p: hw for p, hw in marks.items() if positions.get(p, -1) < hw}
+            if not behind:
+                time.sleep(self.scenario.data["drain"]["settle_s"])  # let the last commits land
+                return
+            time.sleep(0.5)
+        log.warning("[%s] consumers did not reach the end of partitions %s within %ss",
+                    self.scenario.name, sorted(behind), self.scenario.data["drain"]["timeout_s"])
+
+    def _show_progress(self, workers: Workers, elapsed: float, timeline: "Timeline") -> None:
+        p = workers.progress()
+        errors = ", ".join(f"{k}={v}" for k, v in sorted(p["errors"].items())) or "none"
+        active = ", ".join(timeline.active_descriptions()) or "none"
+        log.info("[%s] t=%5.1fs sent=%d acked=%d failed=%d indefinite=%d read=%d errors: %s | faults: %s",
+                 self.scenario.name, elapsed, p["sent"], p["ok"], p["fail"], p["indefinite"], p["read"], errors, active)
+
+    def _assemble(self) -> None:
+        data = self.scenario.data
+        audit_rows = self.audit_rows
+        audit_ids = {r["value_id"] for r in audit_rows if r["value_id"] >= 0}
+        counts = {}
+        sends = assemble_sends(self.work, data["producers"]["count"], audit_ids,
+                               producer_settings(data["producers"], 0)["offsets_from_broker"])
+        ledger.write_arrow(self.run_dir, "sends", sends)
+        reads, events = assemble_consumer_tables(self.work)
+        ledger.write_arrow(self.run_dir, "reads", reads)
+        ledger.write_arrow(self.run_dir, "consumer_events", events)
+        counts["sends"], counts["reads"], counts["consumer_events"] = sends.num_rows, reads.num_rows, events.num_rows
+        counts["audit"] = ledger.write_table(self.run_dir, "audit", audit_rows)
+        faults = fault_rows(self.fault_log)
+        counts["faults"] = ledger.write_table(self.run_dir, "faults", faults)
+        proxy_events = []
+        if self.proxy_events_file.exists():
+            from ..proxy import read_events
+            proxy_events = proxy_event_rows(read_events(self.proxy_events_file), {f["fault_id"] for f in faults})
+        counts["proxy_events"] = ledger.write_table(self.run_dir, "proxy_events", proxy_events)
+        counts["cluster_snapshots"] = ledger.write_table(self.run_dir, "cluster_snapshots",
+                                                         self.sampler.rows if self.sampler else [])
+        outcomes = sends.column("outcome").to_pylist()
+        counts.update({f"sends_{o}": outcomes.count(o) for o in ledger.SEND_OUTCOMES})
+        self.manifest["counts"] = counts
+
+

@@ -1,0 +1,199 @@
+"""A scenario's fault timeline during a run: each fault in a thread of its own, waiting for its trigger."""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ..cluster import process
+from ..cluster.heal import append_fault_log, now
+from ..errors import KafkaproofError
+from ..faults import FaultInjector
+from ..spec.scenario import TimelineFault
+from .workers import WorkerEvents, Workers
+
+if TYPE_CHECKING:
+    from .scenario_run import ScenarioRun
+
+log = logging.getLogger(__name__)
+
+
+class Timeline:
+    """Runs a scenario's fault timeline, each fault in a thread of its own.
+
+    A fault waits until its `at`, then (with `after`) for the state it needs — the next commit of
+    a consumer, a partition's ISR shrinking — and `delay_s`; it is injected, and healed `duration`
+    seconds after the injection (without a duration: when the workload is over). One fault
+    taking seconds to inject or heal (a node slow to stop or to listen again) never delays
+    another. A trigger that never happens is an error of the run, not a silent skip.
+    """
+
+    def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float,
+                 events: WorkerEvents | None = None):
+        self.run, self.injector, self.workers, self.t0, self.events = run, injector, workers, t0, events
+        self.entries = run.scenario.timeline()
+        self.fault_ids: dict[int, str] = {}  # entry position -> fault id, once injected
+        self.active: dict[str, str] = {}
+        self.consumer_faults: dict[str, tuple[TimelineFault, int]] = {}
+        self.healed: set[int] = set()
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for pos, entry in enumerate(self.entries):
+            thread = threading.Thread(target=self._lifecycle, args=(pos, entry), name=f"fault-{entry.index}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop waiting: faults not yet injected never will be; faults waiting out their duration heal now."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+
+    def finished(self) -> bool:
+        """Every fault injected, and every fault with a duration healed."""
+        return not any(t.is_alive() for t in self._threads)
+
+    def active_descriptions(self) -> list[str]:
+        with self._lock:
+            return list(self.active.values())
+
+    def _sleep_until(self, t: float) -> bool:
+        """Sleep until `t` seconds after t0; False when stopped first."""
+        return not self._stop.wait(max(0.0, self.t0 + t - time.monotonic()))
+
+    def _lifecycle(self, pos: int, entry: TimelineFault) -> None:
+        if not self._sleep_until(entry.at):
+            return
+        annotations: dict[str, Any] = {"scenario_index": entry.index}
+        if entry.after:
+            trigger = self._await_trigger(entry)
+            if trigger is None:
+                return
+            annotations.update(trigger)
+        if not self._inject(pos, entry, annotations):
+            return
+        if entry.duration is not None or entry.on_consumer:
+            # A consumer fault without a duration restarts the consumer at once.
+            self._stop.wait(entry.duration or 0.0)
+            self._heal_position(pos)
+
+    def _await_trigger(self, entry: TimelineFault) -> dict | None:
+        """Wait for the fault's trigger; what was awaited and how long, or None (stopped or timed out)."""
+        after, started = entry.after, time.monotonic()
+        if after["event"] == "consumer_commit":
+            held = self._await_commit(after["consumer"], entry.trigger_timeout_s)
+        else:
+            held = self._await_isr_shrunk(after["partition"], entry.trigger_timeout_s)
+        if self._stop.is_set():
+            return None
+        if not held:
+            msg = (f"faults[{entry.index}] ({entry.describe()}): its trigger {after['event']} did not happen within "
+                   f"{entry.trigger_timeout_s:g}s, so the fault was never injected")
+            log.error("%s", msg)
+            self.run.fault_errors.append(msg)
+            return None
+        waited = time.monotonic() - started
+        if after.get("delay_s") and self._stop.wait(after["delay_s"]):
+            return None
+        log.info("faults[%d]: trigger %s held after %.3fs", entry.index, after["event"], waited)
+        return {"trigger": {**after, "waited_s": round(waited, 3), "at_s": round(time.monotonic() - self.t0, 3)}}
+
+    def _await_commit(self, consumer: int, timeout_s: float) -> bool:
+        if self.events is None:
+            return False
+        seen = self.events.count("commit", consumer)
+        return self.events.wait_next("commit", consumer, seen, timeout_s, self._stop)
+
+    def _await_isr_shrunk(self, partition: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        cluster, topic = self.run.cluster, self.run.scenario.topic
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                p = cluster.partitions(topic).get(partition)
+                if p and len(p["isr"]) < len(p["replicas"]):
+                    return True
+            except (KafkaproofError, OSError):
+                pass  # a metadata read may fail under faults; ask again
+            self._stop.wait(0.2)
+        return False
+
+    def _inject(self, pos: int, entry: TimelineFault, annotations: dict | None) -> bool:
+        try:
+            if entry.on_consumer:
+                fid = self._inject_consumer(entry, annotations)
+            else:
+                fid = self.injector.inject(entry.spec, annotations).fault_id
+        except (KafkaproofError, OSError) as e:
+            msg = f"faults[{entry.index}] ({entry.describe()}): {e}"
+            log.error("fault not injected: %s", msg)
+            self.run.fault_errors.append(msg)
+            return False
+        with self._lock:
+            self.fault_ids[pos] = fid
+            self.active[fid] = f"{entry.spec.kind} {entry.spec.target or entry.spec.params.get('groups')}"
+        return True
+
+    def _heal_position(self, pos: int) -> None:
+        with self._lock:
+            if pos in self.healed or pos not in self.fault_ids:
+                return
+            self.healed.add(pos)
+            fid = self.fault_ids[pos]
+        self._heal(fid)
+
+    def _inject_consumer(self, entry: TimelineFault, annotations: dict | None = None) -> str:
+        index = int(entry.spec.target.split(":")[1])
+        sig = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "pause": signal.SIGSTOP}[entry.spec.kind]
+        pid = self.workers.signal_consumer(index, sig)
+        if sig != signal.SIGSTOP:
+            self.workers.consumers[index].wait(30)
+            state_after = "dead" if self.workers.consumers[index].poll() is not None else "running"
+        else:
+            state_after = process.state_of(process.ref_for(pid)) if process.start_ticks(pid) else "dead"
+        fid = f"{entry.spec.kind}-consumer{index}-{uuid.uuid4().hex[:6]}"
+        mono, wall = now()
+        append_fault_log(self.run.fault_log, {"event": "inject", "fault_id": fid, "kind": entry.spec.kind,
+                                              "target": entry.spec.target, "nodes": [],
+                                              "params": {"pid": pid, **entry.spec.params}, "mono_ns": mono,
+                                              "wall": wall, "effect": {"consumer_state": state_after},
+                                              **({"annotations": annotations} if annotations else {})})
+        self.consumer_faults[fid] = (entry, index)
+        log.info("fault %s: %s consumer %d (pid %d)", fid, entry.spec.kind, index, pid)
+        return fid
+
+    def _heal(self, fid: str) -> None:
+        try:
+            if fid in self.consumer_faults:
+                entry, index = self.consumer_faults.pop(fid)
+                before = self.workers.incarnations.get(index, 0)
+                self.workers.restart_consumer(index)
+                mono, wall = now()
+                append_fault_log(self.run.fault_log, {
+                    "event": "heal", "fault_id": fid, "kind": entry.spec.kind, "target": entry.spec.target,
+                    "nodes": [], "params": {}, "mono_ns": mono, "wall": wall,
+                    "consumer_restarted": self.workers.incarnations.get(index, 0) > before})
+            else:
+                self.injector.heal(fid)
+        except (KafkaproofError, OSError) as e:
+            self.run.fault_errors.append(f"heal {fid}: {e}")
+            log.error("heal of %s failed: %s", fid, e)
+        with self._lock:
+            self.active.pop(fid, None)
+
+    def heal_everything(self) -> None:
+        """Heal what is still active: faults without a duration, at the end of the workload."""
+        self.stop()
+        for pos in list(self.fault_ids):
+            self._heal_position(pos)
+        for fid in list(self.consumer_faults):
+            self._heal(fid)
+        if self.injector is not None:
+            for fid in list(self.injector.injected):
+                self._heal(fid)

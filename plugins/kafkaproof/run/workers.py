@@ -1,0 +1,187 @@
+"""The producer and consumer processes of a run, and the events they report as they happen."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..cluster import process, procs
+from ..errors import FaultError
+
+WORKLOAD_MODULE = "kafkaproof.run.workload"
+
+
+class WorkerEvents:
+    """Events the workers report as they happen (one UDP datagram each, on loopback): what triggers wait for.
+
+    Consumers report each successful commit; a fault with `after: {event: consumer_commit}`
+    is injected the moment the next one arrives, while that consumer processes its batch.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.counts: dict[tuple[str, int], int] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="worker-events", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._closed:
+            try:
+                data = self.sock.recv(4096)
+            except (socket.timeout, OSError):
+                continue
+            try:
+                event = json.loads(data)
+                key = (str(event["event"]), int(event["consumer"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+            with self._cond:
+                self.counts[key] = self.counts.get(key, 0) + 1
+                self._cond.notify_all()
+
+    def count(self, event: str, consumer: int) -> int:
+        with self._cond:
+            return self.counts.get((event, consumer), 0)
+
+    def wait_next(self, event: str, consumer: int, seen: int, timeout_s: float, stop: threading.Event) -> bool:
+        """Wait until more than `seen` such events arrived; False on timeout or stop."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self.counts.get((event, consumer), 0) <= seen:
+                left = deadline - time.monotonic()
+                if left <= 0 or stop.is_set():
+                    return False
+                self._cond.wait(min(left, 0.1))
+        return True
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+class Workers:
+    """Producer and consumer OS processes of one run; kills them all on close.
+
+    Each worker is recorded in the process registry (`procs.py`) before anything relies on it and
+    watches this process: if the runner dies, its workers stop within a second, and
+    `kafkaproof cluster down --all` (or the teardown of the cluster they ran against) stops
+    whatever is left.
+    """
+
+    def __init__(self, work: Path, base_spec: dict, owner: str, cluster: str | None = None):
+        self.work = work
+        self.base = {**base_spec, "parent_pid": os.getpid()}
+        self.owner, self.cluster = owner, cluster
+        self.producers: dict[int, subprocess.Popen] = {}
+        self.consumers: dict[int, subprocess.Popen] = {}
+        self.incarnations: dict[int, int] = {}
+        self.consumer_spec: dict = {}
+
+    def _spawn(self, role: str, spec: dict, name: str) -> subprocess.Popen:
+        path = self.work / f"{name}.spec.json"
+        path.write_text(json.dumps(spec))
+        errf = open(self.work / f"{name}.stderr.log", "ab")
+        cmd = [sys.executable, "-m", WORKLOAD_MODULE, role, str(path)]
+        proc = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work,
+                                start_new_session=True)
+        errf.close()
+        try:
+            procs.register(self.owner, name, process.ref_for(proc.pid), cluster=self.cluster, command=cmd)
+        except FaultError:
+            pass  # it died at once; its exit code tells
+        return proc
+
+    def start_producer(self, index: int, spec: dict) -> None:
+        self.producers[index] = self._spawn("producer", {**self.base, **spec, "index": index}, f"producer-{index}")
+
+    def start_consumer(self, index: int, spec: dict) -> None:
+        inc = self.incarnations.get(index, -1) + 1
+        self.incarnations[index] = inc
+        self.consumers[index] = self._spawn("consumer", {**self.base, **spec, "index": index, "incarnation": inc},
+                                            f"consumer-{index}-{inc}")
+        self.consumer_spec = spec
+
+    def signal_consumer(self, index: int, sig: int) -> int:
+        proc = self.consumers[index]
+        if proc.poll() is not None:
+            raise FaultError(f"consumer {index} is not running (exit code {proc.returncode})")
+        os.kill(proc.pid, sig)
+        return proc.pid
+
+    def restart_consumer(self, index: int) -> None:
+        proc = self.consumers[index]
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+            return
+        self.start_consumer(index, self.consumer_spec)
+
+    def producers_done(self) -> bool:
+        return all(p.poll() is not None for p in self.producers.values())
+
+    def stop_consumers(self, timeout_s: float = 20.0) -> None:
+        for proc in self.consumers.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.terminate()
+        _wait_all(self.consumers.values(), timeout_s)
+
+    def kill_all(self) -> None:
+        procs_ = list(self.producers.values()) + list(self.consumers.values())
+        for proc in procs_:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.terminate()
+        _wait_all(procs_, 10.0)
+        procs.unregister(self.owner)
+
+    def consumer_positions(self) -> dict[int, int]:
+        """Highest next-fetch position per partition over the current consumer processes."""
+        best: dict[int, int] = {}
+        for index, inc in self.incarnations.items():
+            try:
+                p = json.loads((self.work / f"consumer-{index}-{inc}.progress.json").read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            for part, pos in p.get("positions", {}).items():
+                best[int(part)] = max(best.get(int(part), -1), pos)
+        return best
+
+    def progress(self) -> dict[str, Any]:
+        total: dict[str, Any] = {"sent": 0, "ok": 0, "fail": 0, "indefinite": 0, "read": 0, "errors": {}}
+        for f in self.work.glob("*.progress.json"):
+            try:
+                p = json.loads(f.read_text())
+            except (json.JSONDecodeError, OSError):
+                continue
+            for k in ("sent", "ok", "fail", "indefinite", "read"):
+                total[k] += p.get(k, 0)
+            for name, n in p.get("errors", {}).items():
+                total["errors"][name] = total["errors"].get(name, 0) + n
+        return total
+
+
+def _wait_all(procs, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

@@ -1,0 +1,455 @@
+"""Producer and consumer processes that record every send, ack, read, rebalance and commit.
+
+Each runs as its own OS process (`python -m kafkaproof.run.workload producer|consumer SPEC.json`)
+and appends Arrow IPC record batches to files in its working directory, so a
+process killed by a fault loses at most the batch it was building. Consumers
+write what they read *before* committing offsets (except for the
+commit-before-processing strategy, whose point is the opposite), so the ledger
+never claims less than was processed.
+
+Streams written (assembled into the ledger by `assemble.py`):
+  producer-<i>.sends.arrow        value_id, producer, producer_pid, seq, key, intended_ns, send_ns, txn_id
+  producer-<i>.completions.arrow  value_id, complete_ns, partition, offset, error_code, error_name
+  producer-<i>.txns.arrow         producer, txn_id, txn_outcome
+  consumer-<i>-<inc>.reads.arrow  columns of ledger.READS
+  consumer-<i>-<inc>.events.arrow columns of ledger.CONSUMER_EVENTS
+  <role>-<i>.progress.json        counters for progress display
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ..spec.ledger import CONSUMER_EVENTS, READS, decode_value_id, encode_payload, make_value_id
+
+SEND_STREAM = pa.schema([("value_id", pa.int64()), ("producer", pa.int32()), ("producer_pid", pa.int32()),
+                         ("seq", pa.int64()), ("key", pa.string()), ("intended_ns", pa.int64()),
+                         ("send_ns", pa.int64()), ("txn_id", pa.int64())])
+COMPLETION_STREAM = pa.schema([("value_id", pa.int64()), ("complete_ns", pa.int64()), ("partition", pa.int32()),
+                               ("offset", pa.int64()), ("error_code", pa.int32()), ("error_name", pa.string())])
+TXN_STREAM = pa.schema([("producer", pa.int32()), ("txn_id", pa.int64()), ("txn_outcome", pa.string())])
+
+# Errors that mean "this record was never written", whatever happened before.
+DEFINITE_FAILURES = frozenset({
+    "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART", "MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE",
+    "INVALID_RECORD", "CORRUPT_MESSAGE", "RECORD_LIST_TOO_LARGE", "INVALID_REQUIRED_ACKS",
+    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "_PURGE_QUEUE", "_INVALID_ARG", "INVALID_TOPIC_EXCEPTION",
+})
+
+
+def classify_delivery(error_name: str | None, partition: int) -> str:
+    """Outcome of one delivery report: ok, fail (definitely not written) or indefinite.
+
+    A final error describes only the last attempt; an earlier attempt may have
+    been written. `_MSG_TIMED_OUT` is definite only when the record never got a
+    partition (the producer never had metadata for the topic, so never sent it).
+    """
+    if error_name is None:
+        return "ok"
+    if error_name in DEFINITE_FAILURES:
+        return "fail"
+    if error_name == "_MSG_TIMED_OUT" and partition < 0:
+        return "fail"
+    return "indefinite"
+
+
+class StreamWriter:
+    """Appends rows to an Arrow IPC stream file in batches; each flush is one write() call."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.schema = schema
+        self.columns: dict[str, list] = {f.name: [] for f in schema}
+        self.sink = open(path, "wb")
+        self.writer = pa.ipc.new_stream(self.sink, schema)
+        self.rows = 0
+
+    def append(self, *values: Any) -> None:
+        for col, v in zip(self.columns.values(), values):
+            col.append(v)
+        self.rows += 1
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def flush(self) -> None:
+        if not len(self):
+            return
+        batch = pa.record_batch([pa.array(v, type=f.type) for v, f in zip(self.columns.values(), self.schema)],
+                                schema=self.schema)
+        self.writer.write_batch(batch)
+        self.sink.flush()
+        for v in self.columns.values():
+            v.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+        self.sink.close()
+
+
+def read_stream(path: Path, schema: pa.Schema) -> pa.Table:
+    """Read an Arrow IPC stream, keeping every complete batch of a file cut short by a crash."""
+    batches = []
+    try:
+        with open(path, "rb") as f:
+            reader = pa.ipc.open_stream(f)
+            while True:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+    except (pa.ArrowInvalid, OSError, EOFError):
+        pass  # truncated tail: keep what was read
+    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+
+
+def write_progress(path: Path, counters: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(counters))
+    os.replace(tmp, path)
+
+
+@dataclass
+class KeyChooser:
+    """Chooses record keys: none, one fixed key, `count` keys uniformly, or sequentially."""
+
+    distribution: str = "none"
+    count: int = 1
+    key: str = "key"
+
+    def choose(self, seq: int, rng: random.Random) -> str | None:
+        if self.distribution == "none":
+            return None
+        if self.distribution == "single":
+            return self.key
+        if self.distribution == "sequential":
+            return f"k{seq % self.count}"
+        return f"k{rng.randrange(self.count)}"
+
+
+_stop = False
+STOP_GRACE_S = 10.0  # after a stop request: flush/close for at most this long
+HARD_EXIT_AFTER_S = 5.0  # ... and the process is gone this long after that, whatever blocks
+PARENT_CHECK_S = 0.2
+
+
+def _request_stop(*_) -> None:
+    global _stop
+    if not _stop:
+        _stop = True
+        _start_hard_exit_timer(STOP_GRACE_S + HARD_EXIT_AFTER_S)
+
+
+def _start_hard_exit_timer(seconds: float) -> None:
+    """Exit even if a client call blocks (a cluster that is gone): the streams were flushed as we went."""
+    timer = threading.Timer(seconds, lambda: os._exit(3))
+    timer.daemon = True
+    timer.start()
+
+
+def watch_parent(parent_pid: int, interval_s: float = PARENT_CHECK_S) -> threading.Thread:
+    """Stop this worker within `interval_s` of its runner's death (it is re-parented; getppid changes).
+
+    A worker must never outlive its run: an orphaned producer would keep writing into whatever
+    cluster next takes the address, an orphaned consumer would poll forever.
+    """
+    def loop() -> None:
+        while not _stop:
+            if os.getppid() != parent_pid:
+                print(f"runner (pid {parent_pid}) is gone: stopping", file=sys.stderr, flush=True)
+                _request_stop()
+                return
+            time.sleep(interval_s)
+
+    thread = threading.Thread(target=loop, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+class Notifier:
+    """Tells the runner about events it may trigger faults on (one UDP datagram each, to loopback)."""
+
+    def __init__(self, address: str | None):
+        self.target = None
+        self.sock = None
+        if address:
+            host, port = address.rsplit(":", 1)
+            self.target = (host, int(port))
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def send(self, **event: Any) -> None:
+        if self.sock is None:
+            return
+        try:
+            self.sock.sendto(json.dumps(event).encode(), self.target)
+        except OSError:
+            pass  # the runner is gone or busy: notifications are best effort
+
+
+def run_producer(spec: dict) -> int:
+    """Open-loop producer: send `messages` values at `rate`/s (or for `duration_s`), recording everything."""
+    from confluent_kafka import KafkaException, Producer
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    if spec.get("parent_pid"):
+        watch_parent(spec["parent_pid"])
+    out, index, run_id = Path(spec["out"]), spec["index"], spec["run_id"]
+    pid = os.getpid()
+    # acks=0 delivery reports carry offsets no broker assigned (librdkafka counts them per batch): never record them.
+    offsets_from_broker = spec.get("offsets_from_broker", True)
+    rng = random.Random(spec.get("seed", 0) * 1000 + index)
+    keys = KeyChooser(**spec.get("keys", {}))
+    value_size, topic = spec["value_size"], spec["topic"]
+    rate = spec.get("rate")
+    messages = spec.get("messages")
+    duration_ns = int(spec["duration_s"] * 1e9) if spec.get("duration_s") else None
+    txn = spec.get("transactions")
+    sends = StreamWriter(out / f"producer-{index}.sends.arrow", SEND_STREAM)
+    completions = StreamWriter(out / f"producer-{index}.completions.arrow", COMPLETION_STREAM)
+    txns = StreamWriter(out / f"producer-{index}.txns.arrow", TXN_STREAM)
+    counts = {"sent": 0, "ok": 0, "fail": 0, "indefinite": 0, "errors": {}}
+    progress = out / f"producer-{index}.progress.json"
+
+    def on_delivery(err, msg) -> None:
+        vid = decode_value_id(msg.value())
+        name = err.name() if err is not None else None
+        part = msg.partition() if msg.partition() is not None else -1
+        outcome = classify_delivery(name, part)
+        counts[outcome] += 1
+        if name:
+            counts["errors"][name] = counts["errors"].get(name, 0) + 1
+        completions.append(vid, time.monotonic_ns(), part,
+                           msg.offset() if err is None and offsets_from_broker else None,
+                           err.code() if err is not None else None, name)
+
+    conf = {"bootstrap.servers": spec["bootstrap"], "log_level": 3, **spec.get("config", {})}
+    if txn:
+        conf.setdefault("transactional.id", f"kp-{run_id}-p{index}")
+    producer = Producer(conf)
+    txn_id = None
+    if txn:
+        producer.init_transactions(30)
+
+    def end_transaction(abort: bool) -> None:
+        nonlocal txn_id
+        outcome = None
+        try:
+            if abort:
+                if txn.get("abort", "flush") == "flush":
+                    # Write the records first, so the abort marker really rolls back records in the log
+                    # (aborting while they are queued purges them: read_committed would never be tested).
+                    producer.flush(30)
+                producer.abort_transaction(30)
+                outcome = "abort"
+            else:
+                producer.commit_transaction(30)
+                outcome = "commit"
+        except KafkaException as e:
+            try:
+                producer.abort_transaction(30)
+                outcome = "abort"
+            except KafkaException:
+                outcome = None  # unknown: the analysis treats its values as indefinite
+            print(f"transaction {txn_id} did not commit: {e}", file=sys.stderr)
+        txns.append(index, txn_id, outcome)
+        txn_id = None
+
+    t0 = time.monotonic_ns()
+    last_flush = t0
+    seq = 0
+    interval_ns = int(1e9 / rate) if rate else 0
+    while not _stop:
+        if messages is not None and seq >= messages:
+            break
+        if duration_ns is not None and time.monotonic_ns() - t0 >= duration_ns:
+            break
+        intended = t0 + seq * interval_ns if rate else time.monotonic_ns()
+        delay = intended - time.monotonic_ns()
+        if delay > 0:
+            producer.poll(min(delay / 1e9, 0.05))
+            continue
+        if txn and txn_id is None:
+            producer.begin_transaction()
+            txn_id = seq // txn["batch"]
+        vid = make_value_id(index, seq)
+        key = keys.choose(seq, rng)
+        while True:
+            send_ns = time.monotonic_ns()
+            try:
+                producer.produce(topic, value=encode_payload(run_id, vid, value_size), key=key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)  # local queue full: back-pressure shows up as publish delay
+        sends.append(vid, index, pid, seq, key, intended, send_ns, txn_id)
+        counts["sent"] += 1
+        seq += 1
+        producer.poll(0)
+        if txn and seq % txn["batch"] == 0:
+            end_transaction(rng.random() < txn.get("abort_probability", 0.0))
+        now = time.monotonic_ns()
+        if now - last_flush > 200_000_000:
+            sends.flush()
+            completions.flush()
+            txns.flush()
+            write_progress(progress, counts)
+            last_flush = now
+    if txn and txn_id is not None:
+        end_transaction(rng.random() < txn.get("abort_probability", 0.0))
+    sends.flush()
+    # Asked to stop (SIGTERM, runner gone): a bounded flush, even if the cluster is gone.
+    deadline = time.monotonic() + (STOP_GRACE_S if _stop else spec.get("flush_timeout_s", 120))
+    while len(producer) and time.monotonic() < deadline:
+        producer.flush(0.5)
+        completions.flush()
+        write_progress(progress, counts)
+    for w in (sends, completions, txns):
+        w.close()
+    counts["done"] = True
+    counts["unfinished"] = len(producer)
+    write_progress(progress, counts)
+    return 0
+
+
+def run_consumer(spec: dict) -> int:
+    """Consume until told to stop (SIGTERM), recording every record, rebalance and commit."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    if spec.get("parent_pid"):
+        watch_parent(spec["parent_pid"])
+    notifier = Notifier(spec.get("notify"))
+    out, index, inc = Path(spec["out"]), spec["index"], spec.get("incarnation", 0)
+    pid = os.getpid()
+    strategy = spec.get("commit", "sync")
+    processing_s = spec.get("processing_ms", 0) / 1000
+    reads = StreamWriter(out / f"consumer-{index}-{inc}.reads.arrow", READS)
+    events = StreamWriter(out / f"consumer-{index}-{inc}.events.arrow", CONSUMER_EVENTS)
+    progress = out / f"consumer-{index}-{inc}.progress.json"
+    counts = {"read": 0, "polls": 0, "rebalances": 0, "commits": 0, "commit_errors": 0}
+    generation = -1 if spec.get("mode") == "assign" else 0
+
+    def event(name: str, partitions=(), offsets=None, success=None, error=None) -> None:
+        events.append(index, pid, inc, time.monotonic_ns(), name, list(partitions), offsets, success, error)
+        events.flush()
+
+    def on_assign(consumer, parts) -> None:
+        nonlocal generation
+        generation += 1
+        counts["rebalances"] += 1
+        event("assign", [p.partition for p in parts])
+
+    def on_revoke(consumer, parts) -> None:
+        event("revoke", [p.partition for p in parts])
+
+    def on_lost(consumer, parts) -> None:
+        event("lost", [p.partition for p in parts])
+
+    def on_commit(err, parts) -> None:
+        ok = err is None and all(p.error is None for p in parts)
+        counts["commits" if ok else "commit_errors"] += 1
+        event("commit", [p.partition for p in parts], [p.offset for p in parts], ok,
+              str(err) if err else next((str(p.error) for p in parts if p.error), None))
+        if ok:
+            notifier.send(consumer=index, incarnation=inc, event="commit", ts_ns=time.monotonic_ns())
+
+    conf = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"], "auto.offset.reset": "earliest",
+            "enable.auto.commit": strategy == "auto", "isolation.level": spec.get("isolation_level", "read_committed"),
+            "on_commit": on_commit, "log_level": 3, **spec.get("config", {})}
+    consumer = Consumer(conf)
+    event("start")
+    if spec.get("mode") == "assign":
+        parts = [TopicPartition(spec["topic"], p) for p in spec["partitions"]]
+        consumer.assign(parts)
+        event("assign", spec["partitions"])
+    else:
+        consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+
+    def commit_now() -> None:
+        try:
+            if strategy == "async":
+                consumer.commit(asynchronous=True)  # reported through on_commit
+            else:
+                on_commit(None, consumer.commit(asynchronous=False))  # on_commit only fires for async commits
+        except KafkaException as e:
+            if e.args[0].name() != "_NO_OFFSET":
+                event("commit", success=False, error=str(e))
+
+    def record(batch, now: int, poll_id: int) -> None:
+        for m in batch:
+            if m.error() is not None:
+                continue
+            key = m.key()
+            reads.append(index, pid, inc, generation, m.partition(), m.offset(),
+                         key.decode(errors="replace") if key is not None else None,
+                         decode_value_id(m.value()), now, poll_id)
+        reads.flush()
+        counts["read"] += sum(1 for m in batch if m.error() is None)
+
+    def report_progress() -> None:
+        # Next fetch positions (past transaction markers too): the runner compares them with the high watermarks.
+        try:
+            counts["positions"] = {str(tp.partition): tp.offset for tp in consumer.position(consumer.assignment())}
+        except KafkaException:
+            pass
+        write_progress(progress, counts)
+
+    poll_id = 0
+    last_progress = 0.0
+    while not _stop:
+        batch = consumer.consume(num_messages=spec.get("batch", 500), timeout=0.2)
+        now = time.monotonic_ns()
+        counts["polls"] += 1
+        if not batch:
+            if time.monotonic() - last_progress > 0.5:
+                report_progress()
+                last_progress = time.monotonic()
+            continue
+        poll_id += 1
+        if strategy == "before":
+            commit_now()
+            time.sleep(processing_s)
+            record(batch, now, poll_id)
+        else:
+            record(batch, now, poll_id)
+            time.sleep(processing_s)
+            if strategy in ("sync", "async"):
+                commit_now()
+        if time.monotonic() - last_progress > 0.5:
+            report_progress()
+            last_progress = time.monotonic()
+    try:
+        if strategy in ("sync", "async", "before"):
+            commit_now()
+        consumer.close()
+    except KafkaException as e:
+        event("commit", success=False, error=f"on close: {e}")
+    event("exit")
+    reads.close()
+    events.close()
+    counts["done"] = True
+    write_progress(progress, counts)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = argv if argv is not None else sys.argv[1:]
+    if len(argv) != 2 or argv[0] not in ("producer", "consumer"):
+        print("usage: python -m kafkaproof.run.workload producer|consumer SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text())
+    return run_producer(spec) if argv[0] == "producer" else run_consumer(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

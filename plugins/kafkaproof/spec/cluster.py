@@ -1,0 +1,235 @@
+"""Cluster configuration and the plan of a local cluster's nodes, as pure data.
+
+What cluster to start (`ClusterConfig`, or from a scenario: `cluster_config`), the
+properties each node gets (`node_properties`), and where each node lives on the host:
+its network namespace, addresses and ports (`plan_nodes`, `plan_link`). The backends in
+`kafkaproof.cluster` act on these plans; nothing here has a side effect.
+
+A node's network (cluster slot `s`, node position `i`): namespace `kp<s>n<id>`, a veth pair
+`kp<s>n<id>h` (root namespace) <-> `eth0` (node namespace) carrying the /30 `10.77.<s>.<4i>`;
+the root side is `.4i+1`, the node `.4i+2`. Without root, nodes listen on `127.0.0.1` ports
+`20000 + 50*slot + 3*i (+1, +2)`.
+"""
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ClusterError
+from .versions import DEFAULT_KAFKA_VERSION
+
+CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT = 9092, 9093, 9094
+LOOPBACK_PORT_BASE = 20000
+CONTROLLER_ID_BASE = 100
+MAX_BROKERS = 9
+# Without root the proxy of a node listens on this loopback address at the node's own
+# client port (the whole of 127.0.0.0/8 is local on Linux), so its port cannot collide.
+LOOPBACK_PROXY_HOST = "127.0.0.2"
+CLUSTER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+
+
+def check_cluster_name(name: str) -> str:
+    """A cluster name as the state files and namespaces need it; ClusterError otherwise."""
+    if not CLUSTER_NAME_RE.match(name):
+        raise ClusterError(f"cluster name {name!r} is invalid: use 1-31 lowercase letters, digits and '-'")
+    return name
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What cluster to start. `controllers=0` means combined broker+controller nodes."""
+
+    name: str = "default"
+    brokers: int = 3
+    controllers: int = 0
+    kafka_version: str = DEFAULT_KAFKA_VERSION
+    broker_config: Mapping[str, Any] = field(default_factory=dict)
+    node_config: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    heap: str = "512m"
+    network: str = "auto"  # auto | netns | loopback
+    start_timeout_s: float = 120.0
+    proxy: bool = False  # a fault proxy per broker on the client path
+
+    def validate(self) -> "ClusterConfig":
+        check_cluster_name(self.name)
+        if not isinstance(self.brokers, int) or not 1 <= self.brokers <= MAX_BROKERS:
+            raise ClusterError(f"brokers must be an integer from 1 to {MAX_BROKERS}, got {self.brokers!r}")
+        if not isinstance(self.controllers, int) or not 0 <= self.controllers <= 5:
+            raise ClusterError(f"controllers must be 0 (combined broker+controller nodes) to 5, got {self.controllers!r}")
+        if self.network not in ("auto", "netns", "loopback"):
+            raise ClusterError(f"network must be auto, netns or loopback, got {self.network!r}")
+        for node_id in self.node_config:
+            if node_id not in self.node_ids():
+                raise ClusterError(f"node_config names node {node_id}, which this cluster does not have "
+                                   f"(nodes: {self.node_ids()})")
+        return self
+
+    def broker_ids(self) -> list[int]:
+        return list(range(1, self.brokers + 1))
+
+    def controller_ids(self) -> list[int]:
+        """Voters of the KRaft quorum."""
+        if self.controllers == 0:
+            return self.broker_ids()
+        return list(range(CONTROLLER_ID_BASE + 1, CONTROLLER_ID_BASE + 1 + self.controllers))
+
+    def node_ids(self) -> list[int]:
+        ids = self.broker_ids()
+        return ids if self.controllers == 0 else ids + self.controller_ids()
+
+    def roles(self, node_id: int) -> str:
+        if self.controllers == 0:
+            return "broker,controller"
+        return "broker" if node_id <= self.brokers else "controller"
+
+
+def default_broker_config(brokers: int) -> dict[str, Any]:
+    """Production-like defaults for a small cluster, sized for a 2-core host."""
+    rf = min(3, brokers)
+    return {
+        "num.partitions": 1,
+        "default.replication.factor": rf,
+        "min.insync.replicas": min(2, rf),
+        "offsets.topic.replication.factor": rf,
+        "offsets.topic.num.partitions": 10,
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": min(2, rf),
+        "transaction.state.log.num.partitions": 10,
+        "unclean.leader.election.enable": "false",
+        "auto.create.topics.enable": "true",
+        "group.initial.rebalance.delay.ms": 0,
+        "num.network.threads": 2,
+        "num.io.threads": 4,
+        "num.replica.fetchers": 1,
+        "background.threads": 4,
+        "log.cleaner.threads": 1,
+        "log.cleaner.dedupe.buffer.size": 8 * 1024 * 1024,
+        "log.segment.bytes": 64 * 1024 * 1024,
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": min(2, rf),
+    }
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding.
+
+    Never one starting with '-' (as Kafka's own Uuid.randomUuid): the storage tool's
+    argument parser would take it for an option.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+def node_properties(config: ClusterConfig, node: dict, nodes: list[dict], workdir: Path,
+                    kafka_major: int) -> dict[str, Any]:
+    """Pure: the server.properties of one node."""
+    by_id = {n["id"]: n for n in nodes}
+    voters = ",".join(f"{v}@{by_id[v]['host']}:{by_id[v]['controller_port']}" for v in config.controller_ids())
+    roles = config.roles(node["id"])
+    listeners, advertised = [], []
+    if "broker" in roles:
+        listeners += [f"CLIENT://{node['host']}:{node['client_port']}", f"INTERNAL://{node['host']}:{node['internal_port']}"]
+        advertised += [f"CLIENT://{node['advertised_host']}:{node['advertised_port']}",
+                       f"INTERNAL://{node['host']}:{node['internal_port']}"]
+    if "controller" in roles:
+        listeners.append(f"CONTROLLER://{node['host']}:{node['controller_port']}")
+    props: dict[str, Any] = {
+        "node.id": node["id"],
+        "process.roles": roles,
+        "controller.quorum.voters": voters,
+        "controller.listener.names": "CONTROLLER",
+        "listeners": ",".join(listeners),
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(workdir / "data"),
+    }
+    if "broker" in roles:
+        props["advertised.listeners"] = ",".join(advertised)
+        props["inter.broker.listener.name"] = "INTERNAL"
+        if kafka_major < 4:
+            props["controller.quorum.election.timeout.ms"] = 1000
+    if "controller" in roles and "broker" not in roles:
+        props["advertised.listeners"] = f"CONTROLLER://{node['host']}:{node['controller_port']}"
+    props.update(default_broker_config(config.brokers))
+    props.update({k: v for k, v in config.broker_config.items()})
+    props.update(config.node_config.get(node["id"], {}))
+    return props
+
+
+def render_properties(props: Mapping[str, Any]) -> str:
+    def fmt(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    return "".join(f"{k}={fmt(v)}\n" for k, v in props.items())
+
+
+def plan_nodes(config: ClusterConfig, slot: int, use_netns: bool) -> list[dict]:
+    nodes = []
+    for pos, node_id in enumerate(config.node_ids()):
+        if use_netns:
+            link = plan_link(slot, pos, node_id)
+            host, ports = link.node_ip, (CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT)
+        else:
+            link = None
+            base = LOOPBACK_PORT_BASE + slot * 50 + pos * 3
+            host, ports = "127.0.0.1", (base, base + 1, base + 2)
+        nodes.append({
+            "id": node_id, "roles": config.roles(node_id), "host": host,
+            "client_port": ports[0], "controller_port": ports[1], "internal_port": ports[2],
+            "advertised_host": host, "advertised_port": ports[0],
+            "link": link.to_json() if link else None, "process": None, "status": "new",
+        })
+        if config.proxy and "broker" in config.roles(node_id):
+            # The proxy listens where clients in the root namespace reach the node: the
+            # root side of its veth (netns) or a second loopback address (loopback).
+            proxy_host = link.host_ip if link else LOOPBACK_PROXY_HOST
+            nodes[-1].update(advertised_host=proxy_host, advertised_port=ports[0])
+            nodes[-1]["proxy"] = {"listen": f"{proxy_host}:{ports[0]}", "upstream": f"{host}:{ports[0]}",
+                                  "process": None, "control": None}
+    return nodes
+
+
+SUBNET_PREFIX = "10.77"
+MAX_SLOTS = 250
+
+
+@dataclass(frozen=True)
+class NodeLink:
+    """One node's network attachment."""
+
+    namespace: str
+    veth_host: str
+    host_ip: str  # root-namespace side of the /30 (clients reach the node from here)
+    node_ip: str  # the node's own address
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+    @staticmethod
+    def from_json(d: dict) -> "NodeLink":
+        return NodeLink(**d)
+
+
+def plan_link(slot: int, position: int, node_id: int) -> NodeLink:
+    """Pure: the names and addresses of a node's link (see module docstring)."""
+    if not 1 <= slot <= MAX_SLOTS:
+        raise ClusterError(f"cluster slot {slot} out of range 1..{MAX_SLOTS}")
+    if not 0 <= position < 63:
+        raise ClusterError("at most 63 nodes per cluster")
+    base = 4 * position
+    name = f"kp{slot}n{node_id}"
+    return NodeLink(namespace=name, veth_host=f"{name}h", host_ip=f"{SUBNET_PREFIX}.{slot}.{base + 1}",
+                    node_ip=f"{SUBNET_PREFIX}.{slot}.{base + 2}")
+
+
+def cluster_config(data: dict, name: str) -> ClusterConfig:
+    """Pure: the local cluster a resolved scenario asks for."""
+    c = data["cluster"]
+    return ClusterConfig(name=name, brokers=c["brokers"], controllers=c["controllers"],
+                         kafka_version=c["kafka_version"], broker_config=c["config"],
+                         node_config={int(k): v for k, v in c["node_config"].items()},
+                         proxy=bool(c.get("proxy", False)))

@@ -1,0 +1,145 @@
+"""Fault specifications: the kinds, their parameters and targets, as pure data with validation.
+
+A `FaultSpec` says what to do (kind, target expression, parameters); the fault
+layer (`kafkaproof.faults`) resolves its target when it is injected, applies it on a
+cluster backend and heals it. docs: README "Faults", docs/proxy.md for proxy faults.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import FaultError
+
+PROCESS_KINDS = ("kill", "stop", "pause", "restart")
+NETWORK_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss", "bandwidth")
+PROXY_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
+FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS
+
+_NUM = (int, float)
+# Request filters of every proxy fault (docs/proxy.md "Rules"), and the random draw/limit.
+_PROXY_MATCH = {"api": ((str, int, list), False), "topic": (str, False), "partitions": ((int, list), False),
+                "client_id": (str, False)}
+_PROXY_DRAW = {"probability": (_NUM, False), "every": (int, False), "count": (int, False)}
+# Proxy rule action of each proxy fault kind (`bandwidth` is taken by the tc fault).
+PROXY_ACTIONS = {"lost_ack": "lost_ack", "error": "error", "latency": "latency", "proxy_bandwidth": "bandwidth",
+                 "reset": "reset", "blackhole": "blackhole"}
+# Kinds whose rule applies to Produce unless `api` says otherwise.
+PROXY_DEFAULT_API = {"lost_ack": "produce", "error": "produce"}
+
+# Parameters each kind accepts: name -> (type, required)
+FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
+    "kill": {},
+    "stop": {"timeout_s": ((int, float), False)},
+    "pause": {},
+    "restart": {"graceful": (bool, False)},
+    "isolate": {},
+    "cut": {"to": (str, True)},
+    "partition": {"groups": ((list, str), True)},
+    "cut_clients": {},
+    "packet_loss": {"percent": ((int, float), True)},
+    "bandwidth": {"rate_kbit": (int, True)},
+    "lost_ack": {**_PROXY_MATCH, **_PROXY_DRAW, "reset": (bool, False)},
+    "error": {**_PROXY_MATCH, **_PROXY_DRAW, "error": ((int, str), True), "forward": (bool, False)},
+    "latency": {**_PROXY_MATCH, **_PROXY_DRAW, "direction": (str, False), "ms": (_NUM, False),
+                "min_ms": (_NUM, False), "max_ms": (_NUM, False), "mean_ms": (_NUM, False),
+                "stddev_ms": (_NUM, False), "dist": (str, False)},
+    "proxy_bandwidth": {**_PROXY_MATCH, "bytes_per_s": (_NUM, True), "direction": (str, False)},
+    "reset": {**_PROXY_MATCH, **_PROXY_DRAW, "after_bytes": (int, False), "direction": (str, False)},
+    "blackhole": {**_PROXY_MATCH, **_PROXY_DRAW},
+}
+
+
+# Kinds whose target is implied by params; target is optional for them.
+TARGETLESS = ("partition",)
+
+TARGET_FORMS = ("node:<id>", "broker:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
+                "follower:<partition>", "follower:<topic>:<partition>", "controller", "random", "brokers", "all")
+
+PARTITION_SHAPES = ("majority-minority", "leader-minority:<partition>", "bridge", "controller-minority")
+_TARGET_RE = re.compile(r"^(node:\d+|broker:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|follower:([\w.-]+:)?\d+|"
+                        r"controller|random|brokers|all)$")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A fault to inject: `kind` on `target` with `params`."""
+
+    kind: str
+    target: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def validate(self, where: str = "fault") -> "FaultSpec":
+        """Check kind, target form and parameters; raises FaultError naming `where` and what is allowed.
+
+        A proxy fault's rule is checked further by the proxy's own parser (faults.check_fault).
+        """
+        if self.kind not in FAULT_KINDS:
+            raise FaultError(f"{where}.kind: unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
+        if self.kind in TARGETLESS:
+            if self.target:
+                raise FaultError(f"{where}.target: {self.kind} takes no target; give params.groups")
+        elif not _TARGET_RE.match(self.target or ""):
+            raise FaultError(f"{where}.target: {self.target!r} is not a target; allowed forms: {', '.join(TARGET_FORMS)}")
+        allowed = FAULT_PARAMS[self.kind]
+        for name in self.params:
+            if name not in allowed:
+                raise FaultError(f"{where}.params.{name}: not a parameter of {self.kind}; "
+                                 f"allowed: {', '.join(allowed) or 'none'}")
+        for name, (typ, required) in allowed.items():
+            if name not in self.params:
+                if required:
+                    raise FaultError(f"{where}.params.{name}: required for {self.kind}")
+                continue
+            value = self.params[name]
+            if isinstance(value, bool) and typ is not bool or not isinstance(value, typ):
+                raise FaultError(f"{where}.params.{name}: expected {_typename(typ)}, got {value!r}")
+        if self.kind == "packet_loss" and not 0 < self.params["percent"] <= 100:
+            raise FaultError(f"{where}.params.percent: must be in (0, 100], got {self.params['percent']}")
+        if self.kind == "bandwidth" and self.params["rate_kbit"] <= 0:
+            raise FaultError(f"{where}.params.rate_kbit: must be > 0")
+        if self.kind == "cut" and not _TARGET_RE.match(self.params["to"]) and self.params["to"] != "clients":
+            raise FaultError(f"{where}.params.to: {self.params['to']!r} is not a target; allowed: clients, "
+                             f"{', '.join(TARGET_FORMS)}")
+        if self.kind == "partition":
+            _validate_groups(self.params["groups"], f"{where}.params.groups")
+        return self
+
+    @property
+    def is_network(self) -> bool:
+        return self.kind in NETWORK_KINDS
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.kind in PROXY_KINDS
+
+
+def proxy_rule(spec: FaultSpec, rule_id: str | None = None) -> dict[str, Any]:
+    """Pure: the proxy rule (docs/proxy.md) of a proxy fault; its id is the fault id."""
+    rule: dict[str, Any] = {"action": PROXY_ACTIONS[spec.kind], **spec.params}
+    if spec.kind in PROXY_DEFAULT_API:
+        rule.setdefault("api", PROXY_DEFAULT_API[spec.kind])
+    if rule_id is not None:
+        rule["id"] = rule_id
+    return rule
+
+
+def _typename(typ) -> str:
+    if isinstance(typ, tuple):
+        return " or ".join(t.__name__ for t in typ)
+    return typ.__name__
+
+
+def _validate_groups(groups: Any, where: str) -> None:
+    if isinstance(groups, str):
+        if groups in ("majority-minority", "bridge", "controller-minority") or re.match(r"^leader-minority:\d+$", groups):
+            return
+        raise FaultError(f"{where}: unknown partition shape {groups!r}; allowed: {', '.join(PARTITION_SHAPES)} "
+                         f"or a list of node-id lists")
+    if not (isinstance(groups, list) and len(groups) >= 2 and
+            all(isinstance(g, list) and g and all(isinstance(i, int) for i in g) for g in groups)):
+        raise FaultError(f"{where}: expected at least two non-empty lists of node ids, e.g. [[1], [2, 3]]")
+    flat = [i for g in groups for i in g]
+    if len(flat) != len(set(flat)):
+        raise FaultError(f"{where}: a node appears in two groups: {groups}")

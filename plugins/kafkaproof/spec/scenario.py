@@ -1,0 +1,514 @@
+"""Scenario files: load, validate (JSON Schema + semantic checks), resolve defaults.
+
+Every error names the file, the field (dotted path) and what is allowed, and
+is raised before any cluster or process starts.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .anomalies import EXPECTABLE
+from .clients import ClientConfigError, config_conflicts, parse_acks
+from ..errors import FaultError, ScenarioError
+from .faults import FAULT_KINDS, PROXY_KINDS, FaultSpec
+from .versions import DEFAULT_KAFKA_VERSION, check_version
+
+GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
+# Anomalies a negative control may expect (docs/analysis.md defines them). Not `unseen`: a run
+# with unseen values is incomplete, never judged; not `indefinite_landed`: informational only.
+ANOMALIES = EXPECTABLE
+COMMIT_STRATEGIES = ("auto", "sync", "async", "before")
+KEY_DISTRIBUTIONS = ("none", "single", "uniform", "sequential")
+CONSUMER_FAULT_KINDS = ("kill", "stop", "pause")
+# What a fault may wait for after its `at` (faults[].after.event): the state it needs, not the clock.
+TRIGGER_EVENTS = ("consumer_commit", "isr_shrunk")
+# Conditions a scenario states to make its check meaningful (exercised[].check); docs/analysis.md defines them.
+EXERCISE_CHECKS = ("leader_change", "isr_shrink", "proxy_phase", "aborted_in_log", "consumer_restarted", "send_errors")
+TRANSACTION_ABORT_MODES = ("flush", "purge")
+DEFAULT_TRIGGER_TIMEOUT_S = 60.0
+DEFAULT_DELIVERY_WITHIN_S = 60.0
+MAX_BROKERS = 9
+PRESENTATION_FIELDS = ("description", "explanation", "tags")  # not part of what a scenario runs
+
+_CONFIG_MAP = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "kafkaproof scenario",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "guarantee", "producers"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$",
+                 "description": "unique scenario name (lowercase letters, digits, '-', '_')"},
+        "description": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "e.g. nightly, seed, smoke"},
+        "guarantee": {"enum": list(GUARANTEES), "description": "the delivery guarantee the scenario claims"},
+        "expect": {
+            "description": "`pass`, or a negative control: `{detect: [anomaly, ...]}` that must be found",
+            "oneOf": [{"const": "pass"},
+                      {"type": "object", "additionalProperties": False, "required": ["detect"],
+                       "properties": {"detect": {"type": "array", "minItems": 1, "items": {"enum": list(ANOMALIES)}},
+                                      "why": {"type": "string"}}}]},
+        "explanation": {"type": "string", "description": "what the scenario shows and why (for the report)"},
+        "cluster": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "brokers": {"type": "integer", "minimum": 1, "maximum": MAX_BROKERS},
+                "controllers": {"type": "integer", "minimum": 0, "maximum": 5},
+                "kafka_version": {"type": "string"},
+                "config": _CONFIG_MAP,
+                "node_config": {"type": "object", "patternProperties": {"^[0-9]+$": _CONFIG_MAP},
+                                "additionalProperties": False},
+                "proxy": {"type": "boolean",
+                          "description": "a fault proxy in front of each broker on the client path "
+                                         "(default: on when the timeline has a proxy fault)"},
+            }},
+        "topic": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,200}$"},
+                "create": {"type": "boolean", "description": "false: let the producer auto-create it"},
+                "partitions": {"type": "integer", "minimum": 1, "maximum": 64},
+                "replication_factor": {"type": "integer", "minimum": 1, "maximum": 9},
+                "config": _CONFIG_MAP,
+            }},
+        "producers": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "count": {"type": "integer", "minimum": 1, "maximum": 16},
+                "rate": {"type": ["number", "null"], "exclusiveMinimum": 0,
+                         "description": "target sends/s per producer (open loop); null = as fast as possible"},
+                "messages": {"type": "integer", "minimum": 1, "description": "values per producer"},
+                "duration_s": {"type": "number", "exclusiveMinimum": 0},
+                "start_after_s": {"type": "number", "minimum": 0},
+                "value_size": {"type": "integer", "minimum": 40, "maximum": 1048576},
+                "keys": {"type": "object", "additionalProperties": False,
+                         "properties": {"distribution": {"enum": list(KEY_DISTRIBUTIONS)},
+                                        "count": {"type": "integer", "minimum": 1},
+                                        "key": {"type": "string"}}},
+                "bootstrap": {"type": "array", "items": {"type": "integer"}, "minItems": 1,
+                              "description": "broker ids the producer bootstraps from (default: all)"},
+                "config": _CONFIG_MAP,
+                "transactions": {"type": "object", "additionalProperties": False, "required": ["batch"],
+                                 "properties": {"batch": {"type": "integer", "minimum": 1},
+                                                "abort_probability": {"type": "number", "minimum": 0, "maximum": 1},
+                                                "abort": {"enum": list(TRANSACTION_ABORT_MODES),
+                                                          "description": "flush (default): an aborted transaction's "
+                                                                         "records are written, then aborted (they sit "
+                                                                         "in the log between markers); purge: aborted "
+                                                                         "while still queued, so they are never sent"}}},
+            }},
+        "consumers": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "count": {"type": "integer", "minimum": 0, "maximum": 16},
+                "mode": {"enum": ["subscribe", "assign"]},
+                "group": {"type": "string"},
+                "isolation_level": {"enum": ["read_committed", "read_uncommitted"]},
+                "commit": {"enum": list(COMMIT_STRATEGIES),
+                           "description": "auto-commit, sync/async after processing, or before processing"},
+                "processing_ms": {"type": "number", "minimum": 0},
+                "config": _CONFIG_MAP,
+            }},
+        "faults": {
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": False, "required": ["at", "kind"],
+                      "properties": {"at": {"type": "number", "minimum": 0,
+                                            "description": "seconds after the workload starts"},
+                                     "kind": {"enum": list(FAULT_KINDS)},
+                                     "target": {"type": "string",
+                                                "description": "node:<id>, broker:<id>, leader:<p>, all, ... "
+                                                               "(resolved when injected)"},
+                                     "duration": {"type": "number", "minimum": 0,
+                                                  "description": "heal this many seconds after the injection "
+                                                                 "(default: when producers finish)"},
+                                     "after": {
+                                         "type": "object", "additionalProperties": False, "required": ["event"],
+                                         "description": "from `at` on, wait for this state before injecting",
+                                         "properties": {
+                                             "event": {"enum": list(TRIGGER_EVENTS)},
+                                             "consumer": {"type": "integer", "minimum": 0,
+                                                          "description": "consumer_commit: whose next commit"},
+                                             "partition": {"type": "integer", "minimum": 0,
+                                                           "description": "isr_shrunk: the partition"},
+                                             "delay_s": {"type": "number", "minimum": 0,
+                                                         "description": "then wait this long (default 0)"},
+                                             "timeout_s": {"type": "number", "exclusiveMinimum": 0,
+                                                           "description": "give up (the run is an error) after "
+                                                                          "this long (default 60)"}}},
+                                     "params": {"type": "object",
+                                                "description": "kind-specific; see `kafkaproof fault list --kinds`"}}}},
+        "claims": {
+            "type": "object", "additionalProperties": False,
+            "description": "application-level claims judged besides the guarantee",
+            "properties": {
+                "delivery": {
+                    "type": "object", "additionalProperties": False,
+                    "description": "every value the application attempted to send (any outcome) reaches every "
+                                   "consumer group, the application re-sending nothing beyond what the client does",
+                    "properties": {"within_s": {"type": "number", "exclusiveMinimum": 0,
+                                                "description": "read at most this long after the last fault "
+                                                               "healed (or after it was sent, if later); default 60"}}}}},
+        "exercised": {
+            "type": "array",
+            "description": "conditions that make the scenario's check meaningful; one not met makes the run an error",
+            "items": {"type": "object", "additionalProperties": False, "required": ["check"],
+                      "properties": {"check": {"enum": list(EXERCISE_CHECKS)},
+                                     "partition": {"type": "integer", "minimum": 0},
+                                     "consumer": {"type": "integer", "minimum": 0},
+                                     "phase": {"type": "string", "description": "proxy_phase: a proxy_events phase"},
+                                     "outcome": {"enum": ["fail", "indefinite", "any"]},
+                                     "min": {"type": "integer", "minimum": 1},
+                                     "before_fault": {"type": "integer", "minimum": 0,
+                                                      "description": "isr_shrink: seen before faults[i] was injected"},
+                                     "why": {"type": "string"}}}},
+        "drain": {"type": "object", "additionalProperties": False,
+                  "properties": {"timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                                 "settle_s": {"type": "number", "minimum": 0}}},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "hard limit of the whole run"},
+    },
+}
+
+DEFAULTS: dict[str, Any] = {
+    "description": "", "tags": [], "expect": "pass", "explanation": "",
+    "cluster": {"brokers": 3, "controllers": 0, "kafka_version": DEFAULT_KAFKA_VERSION, "config": {}, "node_config": {}},
+    "topic": {"create": True, "partitions": 3, "replication_factor": 3, "config": {}},
+    "producers": {"count": 1, "rate": 500, "messages": 5000, "start_after_s": 2, "value_size": 100,
+                  "keys": {"distribution": "uniform", "count": 50}, "config": {"acks": "all"}},
+    "consumers": {"count": 1, "mode": "subscribe", "isolation_level": "read_committed", "commit": "sync",
+                  "processing_ms": 0, "config": {}},
+    "faults": [],
+    "drain": {"timeout_s": 60, "settle_s": 3},
+    "timeout_s": 900,
+}
+
+
+@dataclass(frozen=True)
+class TimelineFault:
+    """One entry of a scenario's fault timeline."""
+
+    at: float
+    spec: FaultSpec
+    duration: float | None
+    index: int = 0  # position in the scenario's `faults` list
+    after: dict[str, Any] | None = None  # trigger: the state to wait for from `at` on
+
+    @property
+    def on_consumer(self) -> bool:
+        return self.spec.target.startswith("consumer:")
+
+    @property
+    def trigger_timeout_s(self) -> float:
+        return float((self.after or {}).get("timeout_s", DEFAULT_TRIGGER_TIMEOUT_S))
+
+    def describe(self) -> str:
+        """One line: what, on what, when (for logs and progress)."""
+        when = f"at {self.at:g}s"
+        if self.after:
+            who = self.after.get("consumer", self.after.get("partition"))
+            when += f" after {self.after['event']}" + (f" {who}" if who is not None else "")
+            if self.after.get("delay_s"):
+                when += f" + {self.after['delay_s']:g}s"
+        target = self.spec.target or self.spec.params.get("groups")
+        return f"{self.spec.kind} {target} {when}" + (f" for {self.duration:g}s" if self.duration is not None else "")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario with every default filled in (`data` is the resolved document)."""
+
+    name: str
+    path: str
+    data: dict[str, Any]
+
+    @property
+    def guarantee(self) -> str:
+        return self.data["guarantee"]
+
+    def to_json(self) -> dict[str, Any]:
+        """The resolved scenario as JSON (it travels between Airflow tasks as is: no file is read again)."""
+        return {"name": self.name, "path": self.path, "data": self.data}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Scenario":
+        """Inverse of `to_json`."""
+        return cls(doc["name"], doc["path"], doc["data"])
+
+    @property
+    def expect(self) -> dict[str, Any]:
+        """Normalised: {"outcome": "pass", "detect": []} or {"outcome": "detect", "detect": [...]}."""
+        e = self.data["expect"]
+        return {"outcome": "pass", "detect": []} if e == "pass" else {"outcome": "detect", "detect": list(e["detect"])}
+
+    @property
+    def topic(self) -> str:
+        return self.data["topic"]["name"]
+
+    @property
+    def claims(self) -> dict[str, Any]:
+        """Application-level claims (`claims.delivery`), with defaults filled in; {} when none."""
+        claims = dict(self.data.get("claims") or {})
+        if "delivery" in claims:
+            claims["delivery"] = {"within_s": DEFAULT_DELIVERY_WITHIN_S, **(claims["delivery"] or {})}
+        return claims
+
+    @property
+    def exercised(self) -> list[dict[str, Any]]:
+        """The scenario's own exercised conditions (each fault kind adds its default check in the analysis)."""
+        return [dict(c) for c in self.data.get("exercised") or []]
+
+    def timeline(self) -> list[TimelineFault]:
+        return sorted((TimelineFault(f["at"], FaultSpec(f["kind"], f.get("target", ""), f.get("params", {})),
+                                     f.get("duration"), i, f.get("after"))
+                       for i, f in enumerate(self.data["faults"])), key=lambda t: (t.at, t.index))
+
+    def hash(self) -> str:
+        """Stable hash of what the scenario runs (history compares runs of equal hashes).
+
+        Covers the resolved configuration, overrides included; not the words around it
+        (description, explanation, tags), so retagging or rewording keeps a scenario's history.
+        """
+        runs = {k: v for k, v in self.data.items() if k not in PRESENTATION_FIELDS}
+        return hashlib.sha256(json.dumps(runs, sort_keys=True).encode()).hexdigest()[:16]
+
+    def with_overrides(self, messages: int | None = None, kafka_version: str | None = None,
+                       brokers: int | None = None, bootstrap: str | None = None) -> "Scenario":
+        """The scenario with a run's overrides applied (message scale, Kafka version, broker count).
+
+        The result is checked again like a scenario file, so an override the scenario cannot take
+        (e.g. fewer brokers than its replication factor, or a broker count for an existing cluster
+        at `bootstrap`) fails here, before anything starts.
+        """
+        if brokers is not None and bootstrap:
+            raise ScenarioError(f"{self.path}: cluster.brokers (override): a broker count applies to the local "
+                                f"cluster only; the existing cluster at {bootstrap} has the brokers it has")
+        data = copy.deepcopy(self.data)
+        if messages is not None:
+            data["producers"]["messages"] = messages
+            data["producers"].pop("duration_s", None)
+        if kafka_version is not None:
+            data["cluster"]["kafka_version"] = check_version(kafka_version)
+        if brokers is not None:
+            if not 1 <= brokers <= MAX_BROKERS:
+                raise ScenarioError(f"{self.path}: cluster.brokers (override): {brokers} is not allowed; "
+                                    f"allowed: 1..{MAX_BROKERS}")
+            data["cluster"]["brokers"] = brokers
+            _check_semantics(data, f"{self.path} (with brokers={brokers})")
+        return Scenario(self.name, self.path, data)
+
+
+def _merge(defaults: dict, given: dict) -> dict:
+    out = copy.deepcopy(defaults)
+    for k, v in given.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and k not in ("config", "node_config", "params"):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _field_path(error) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _schema_message(error) -> str:
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        return f"unknown field(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
+    if error.validator == "enum":
+        return f"{error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+    if error.validator == "oneOf" and _field_path(error) == "expect":
+        return f"{error.instance!r} is not allowed; write `pass` or `{{detect: [anomaly, ...]}}` with anomalies from: {', '.join(ANOMALIES)}"
+    return error.message
+
+
+def validate_document(doc: Any, source: str) -> dict[str, Any]:
+    """Validate a parsed scenario document; returns it resolved with defaults. Raises ScenarioError."""
+    import jsonschema
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{source}: a scenario must be a YAML mapping, got {type(doc).__name__}")
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        lines = [f"{source}: {_field_path(e)}: {_schema_message(e)}" for e in errors[:10]]
+        raise ScenarioError("invalid scenario\n  " + "\n  ".join(lines))
+    data = _merge(DEFAULTS, doc)
+    given_producers = doc.get("producers", {})
+    if "duration_s" in given_producers and "messages" not in given_producers:
+        data["producers"].pop("messages")  # a duration replaces the default message count
+    data["topic"].setdefault("name", f"kp-{data['name']}")
+    _check_semantics(data, source)
+    return data
+
+
+def _check_semantics(data: dict, source: str) -> None:
+    def fail(field: str, message: str) -> None:
+        raise ScenarioError(f"{source}: {field}: {message}")
+
+    try:
+        check_version(str(data["cluster"]["kafka_version"]))
+    except Exception as e:
+        fail("cluster.kafka_version", str(e))
+    brokers = data["cluster"]["brokers"]
+    controllers = data["cluster"]["controllers"]
+    node_ids = list(range(1, brokers + 1)) + list(range(101, 101 + controllers))
+    topic = data["topic"]
+    if topic["replication_factor"] > brokers:
+        fail("topic.replication_factor", f"{topic['replication_factor']} is more than the {brokers} broker(s)")
+    for nid in data["cluster"]["node_config"]:
+        if int(nid) not in node_ids:
+            fail(f"cluster.node_config.{nid}", f"no such node; nodes are {node_ids}")
+    prod = data["producers"]
+    for b in prod.get("bootstrap", []):
+        if b not in range(1, brokers + 1):
+            fail("producers.bootstrap", f"broker {b} does not exist; brokers are 1..{brokers}")
+    if prod.get("transactions") and str(prod["config"].get("enable.idempotence", "true")).lower() == "false":
+        fail("producers.config.enable.idempotence", "transactions need idempotence; remove enable.idempotence=false")
+    for role in ("producers", "consumers"):
+        for name, use in config_conflicts(role, data[role]["config"]):
+            fail(f"{role}.config.{name}", use)
+    try:
+        parse_acks(prod["config"].get("acks"))
+    except ClientConfigError as e:
+        fail("producers.config.acks", str(e))
+    cons = data["consumers"]
+    if cons["count"] and cons["mode"] == "subscribe":
+        cons.setdefault("group", f"kp-{data['name']}")
+    if cons["mode"] == "assign" and cons["count"] > 1:
+        fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
+    proxy_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in PROXY_KINDS]
+    if proxy_faults:
+        if data["cluster"].get("proxy") is False:
+            i = proxy_faults[0]
+            fail("cluster.proxy", f"false, but faults[{i}] ({data['faults'][i]['kind']}) needs the fault proxy; "
+                                  f"remove cluster.proxy or set it to true")
+        data["cluster"]["proxy"] = True  # implied (only written when on: older scenarios keep their hash)
+    for i, f in enumerate(data["faults"]):
+        where = f"faults[{i}]"
+        target = f.get("target", "")
+        if f.get("after"):
+            _check_trigger(f["after"], f"{where}.after", data, fail)
+        if target.startswith("consumer:"):
+            if f["kind"] not in CONSUMER_FAULT_KINDS:
+                fail(f"{where}.kind", f"{f['kind']!r} cannot target a consumer; allowed: {', '.join(CONSUMER_FAULT_KINDS)}")
+            idx = target.split(":", 1)[1]
+            if not idx.isdigit() or int(idx) >= cons["count"]:
+                fail(f"{where}.target", f"{target!r}: consumers are consumer:0..consumer:{cons['count'] - 1}")
+            continue
+        try:
+            FaultSpec(f["kind"], target, f.get("params", {})).validate(where)
+        except FaultError as e:
+            raise ScenarioError(f"{source}: {e}") from None
+        for prefix in ("leader:", "follower:"):
+            rest = target[len(prefix):] if target.startswith(prefix) else None
+            if rest is not None and ":" not in rest and int(rest) >= topic["partitions"]:
+                fail(f"{where}.target", f"partition {rest} does not exist; the topic has partitions "
+                                        f"0..{topic['partitions'] - 1}")
+        for prefix in ("node:", "nodes:"):
+            if target.startswith(prefix):
+                for nid in target[len(prefix):].split(","):
+                    if int(nid) not in node_ids:
+                        fail(f"{where}.target", f"node {nid} does not exist; nodes are {node_ids}")
+        if target.startswith("broker:") and int(target[7:]) not in range(1, brokers + 1):
+            fail(f"{where}.target", f"broker {target[7:]} does not exist; brokers are 1..{brokers}")
+        if f["kind"] in PROXY_KINDS:
+            named = [int(x) for x in target.split(":", 1)[1].split(",")] if target.startswith(("node:", "nodes:")) else []
+            if any(n > brokers for n in named) or (target == "controller" and controllers):
+                fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
+                                        f"(1..{brokers}): they act on the clients' requests")
+
+
+    for i, cond in enumerate(data.get("exercised") or []):
+        _check_exercise(cond, f"exercised[{i}]", data, fail)
+    if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
+        fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
+
+
+def _check_trigger(after: dict, where: str, data: dict, fail) -> None:
+    event = after["event"]
+    needs = {"consumer_commit": "consumer", "isr_shrunk": "partition"}[event]
+    extra = sorted(set(after) - {"event", needs, "delay_s", "timeout_s"})
+    if extra:
+        fail(f"{where}.{extra[0]}", f"not a parameter of {event}; allowed: {needs}, delay_s, timeout_s")
+    if needs not in after:
+        fail(f"{where}.{needs}", f"required for {event}")
+    if event == "consumer_commit" and after["consumer"] >= data["consumers"]["count"]:
+        fail(f"{where}.consumer", f"consumer {after['consumer']} does not exist; consumers are "
+                                  f"0..{data['consumers']['count'] - 1}")
+    if event == "isr_shrunk":
+        if after["partition"] >= data["topic"]["partitions"]:
+            fail(f"{where}.partition", f"partition {after['partition']} does not exist; the topic has partitions "
+                                       f"0..{data['topic']['partitions'] - 1}")
+        if data["topic"]["replication_factor"] < 2:
+            fail(f"{where}.event", "isr_shrunk needs a replicated topic (topic.replication_factor >= 2)")
+
+
+# exercised[].check -> (parameters it needs, parameters it may take)
+_EXERCISE_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "leader_change": (("partition",), ()),
+    "isr_shrink": (("partition",), ("before_fault",)),
+    "proxy_phase": (("phase",), ("min",)),
+    "aborted_in_log": ((), ("min",)),
+    "consumer_restarted": (("consumer",), ()),
+    "send_errors": ((), ("outcome", "min")),
+}
+
+
+def _check_exercise(cond: dict, where: str, data: dict, fail) -> None:
+    check = cond["check"]
+    needs, may = _EXERCISE_PARAMS[check]
+    for name in needs:
+        if name not in cond:
+            fail(f"{where}.{name}", f"required for {check}")
+    extra = sorted(set(cond) - {"check", "why", *needs, *may})
+    if extra:
+        fail(f"{where}.{extra[0]}", f"not a parameter of {check}; allowed: {', '.join(needs + may) or 'none'}")
+    if "partition" in cond and cond["partition"] >= data["topic"]["partitions"]:
+        fail(f"{where}.partition", f"partition {cond['partition']} does not exist; the topic has partitions "
+                                   f"0..{data['topic']['partitions'] - 1}")
+    if "consumer" in cond and cond["consumer"] >= data["consumers"]["count"]:
+        fail(f"{where}.consumer", f"consumer {cond['consumer']} does not exist")
+    if "before_fault" in cond and cond["before_fault"] >= len(data["faults"]):
+        fail(f"{where}.before_fault", f"faults[{cond['before_fault']}] does not exist")
+    if check == "aborted_in_log" and not data["producers"].get("transactions"):
+        fail(f"{where}.check", "aborted_in_log needs producers.transactions")
+    if check == "proxy_phase" and not data["cluster"].get("proxy"):
+        fail(f"{where}.check", "proxy_phase needs the fault proxy (a proxy fault, or cluster.proxy: true)")
+
+
+def load(path: str | Path) -> Scenario:
+    """Load and validate a scenario file."""
+    path = Path(path)
+    if not path.exists():
+        raise ScenarioError(f"{path}: no such scenario file")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
+    data = validate_document(doc, str(path))
+    return Scenario(name=data["name"], path=str(path), data=data)
+
+
+def load_catalog(directory: str | Path, tag: str | None = None) -> list[Scenario]:
+    """Every scenario in a directory (optionally only those with `tag`), validated, sorted by name."""
+    scenarios = [load(p) for p in sorted(Path(directory).glob("*.yaml"))]
+    names = [s.name for s in scenarios]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ScenarioError(f"{directory}: scenario names must be unique; repeated: {', '.join(dupes)}")
+    return [s for s in scenarios if tag is None or tag in s.data["tags"]]
+
+
+def schema_json() -> str:
+    """The JSON Schema of scenario files, as published in `scenarios/scenario.schema.json`."""
+    return json.dumps(SCHEMA, indent=2) + "\n"

@@ -1,0 +1,131 @@
+"""Results history (one row per scenario run, behind a SQLAlchemy URL) and regression rules.
+
+Default store: `sqlite:///<runs dir>/history.sqlite`; set `KAFKAPROOF_HISTORY_URL` (e.g.
+`postgresql+psycopg2://user:pw@host/db`) for a shared one.
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import sqlalchemy as sa
+
+from ..paths import runs_dir
+
+METADATA = sa.MetaData()
+SCENARIO_RUNS = sa.Table(
+    "scenario_runs", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("scenario", sa.String(100), nullable=False, index=True),
+    sa.Column("run_id", sa.String(200), nullable=False, unique=True),
+    sa.Column("batch_id", sa.String(200)),  # the DAG run (or CLI batch) this run belongs to
+    sa.Column("kafka_version", sa.String(20)),
+    sa.Column("client_version", sa.String(40)),
+    sa.Column("scenario_hash", sa.String(32)),
+    sa.Column("guarantee", sa.String(20)),
+    sa.Column("verdict", sa.String(20), nullable=False),  # pass | fail | error
+    sa.Column("status", sa.String(20)),  # run status: complete | incomplete | error
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("metrics", sa.Text, nullable=False),  # JSON: the key metrics compared across runs
+    sa.Column("report", sa.String(500)),
+)
+
+# Metrics compared against history (lower is better), from analysis/metrics.json; how each is
+# judged is expectations/regression.yaml (kafkaproof.regression).
+TRENDED_METRICS = ("recovery_s", "unavailable_s", "publish_p50_ms", "publish_p99_ms")
+
+
+def history_url() -> str:
+    return os.environ.get("KAFKAPROOF_HISTORY_URL") or f"sqlite:///{Path(runs_dir()).resolve() / 'history.sqlite'}"
+
+
+def engine(url: str | None = None) -> sa.Engine:
+    url = url or history_url()
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    eng = sa.create_engine(url)
+    METADATA.create_all(eng)
+    return eng
+
+
+def dig(d: Mapping[str, Any] | None, path: Iterable[str]) -> Any:
+    """Nested lookup returning None when any step is missing."""
+    cur: Any = d
+    for key in path:
+        if not isinstance(cur, Mapping) or key not in cur:
+            return None
+        cur = cur[key]
+    return cur
+
+
+def key_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers kept in history: anomaly counts, outcomes and the trended metrics.
+
+    recovery_s: the longest time, over the run's faults, from injection until acks resumed
+    after the last error; unavailable_s: seconds with sends but no ack; publish_p50_ms and
+    publish_p99_ms: percentiles of send→ack over the whole run, of publish_samples acks.
+    """
+    resumes = [f["acks_resume_ms"] for f in metrics.get("faults", []) if f.get("acks_resume_ms") is not None]
+    return {
+        "recovery_s": max(resumes) / 1000 if resumes else None,
+        "unavailable_s": dig(metrics, ("availability", "seconds_unavailable")),
+        "publish_p50_ms": dig(metrics, ("latency_ms", "publish", "p50")),
+        "publish_p99_ms": dig(metrics, ("latency_ms", "publish", "p99")),
+        "publish_samples": dig(metrics, ("latency_ms", "publish", "count")),
+        "anomalies": {k: v for k, v in dict(metrics.get("counts", {})).items() if v},
+        "outcomes": dict(metrics.get("outcomes", {})),
+    }
+
+
+def record(row: Mapping[str, Any], url: str | None = None) -> None:
+    """Append (or replace, by run_id) one scenario run."""
+    row = dict(row)
+    row.setdefault("finished_at", datetime.now(timezone.utc))
+    if not isinstance(row.get("metrics"), str):
+        row["metrics"] = json.dumps(row.get("metrics") or {}, sort_keys=True)
+    eng = engine(url)
+    with eng.begin() as conn:
+        conn.execute(SCENARIO_RUNS.delete().where(SCENARIO_RUNS.c.run_id == row["run_id"]))
+        conn.execute(SCENARIO_RUNS.insert().values(**row))
+
+
+def runs(scenario: str | None = None, kafka_version: str | None = None, verdict: str | None = None,
+         limit: int = 50, url: str | None = None, before_run_id: str | None = None,
+         scenario_hash: str | None = None) -> list[dict]:
+    """Most recent runs first, optionally filtered (`scenario_hash`: only runs of that exact configuration)."""
+    q = sa.select(SCENARIO_RUNS).order_by(SCENARIO_RUNS.c.finished_at.desc(), SCENARIO_RUNS.c.id.desc()).limit(limit)
+    if scenario:
+        q = q.where(SCENARIO_RUNS.c.scenario == scenario)
+    if kafka_version:
+        q = q.where(SCENARIO_RUNS.c.kafka_version == kafka_version)
+    if verdict:
+        q = q.where(SCENARIO_RUNS.c.verdict == verdict)
+    if scenario_hash:
+        q = q.where(SCENARIO_RUNS.c.scenario_hash == scenario_hash)
+    if before_run_id:
+        q = q.where(SCENARIO_RUNS.c.run_id != before_run_id)
+    with engine(url).connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(q)]
+    for r in rows:
+        r["metrics"] = json.loads(r["metrics"])
+    return rows
+
+
+def format_trend(rows: list[dict]) -> str:
+    """A plain-text table of runs, oldest first."""
+    lines = [f"{'finished (UTC)':<20} {'scenario':<34} {'hash':<8} {'kafka':<7} {'verdict':<7} {'recovery_s':>10} "
+             f"{'unavail_s':>9} {'p99_ms':>8}  anomalies"]
+    for r in reversed(rows):
+        m = r["metrics"]
+        anomalies = ", ".join(f"{k}={v}" for k, v in sorted(m.get("anomalies", {}).items()) if v) or "-"
+
+        def num(v):
+            return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
+        when = r["finished_at"].strftime("%Y-%m-%d %H:%M:%S") if r["finished_at"] else "?"
+        lines.append(f"{when:<20} {r['scenario']:<34} {(r['scenario_hash'] or '-')[:8]:<8} "
+                     f"{r['kafka_version'] or '-':<7} {r['verdict']:<7} "
+                     f"{num(m.get('recovery_s')):>10} {num(m.get('unavailable_s')):>9} {num(m.get('publish_p99_ms')):>8}  {anomalies}")
+    return "\n".join(lines)

@@ -1,0 +1,335 @@
+"""Verdicts: validate a run's analysis against its scenario's guarantee with Great Expectations.
+
+`validate(run_dir)` reads `<run_dir>/analysis/` (written by spark/analyze.py), builds
+the suites of the scenario's guarantee from `expectations/policy.yaml`
+(`kafkaproof.policy`), runs them through GX checkpoints over three small pandas
+frames (anomaly counts, anomaly rows, values), builds Data Docs into
+`<run_dir>/validation/data_docs/` and writes `<run_dir>/validation/result.json`.
+
+Status: `error` when the run cannot be judged (manifest not complete, analysis
+missing, unseen values, incomplete drain, a fault never healed) — never a pass;
+otherwise `pass` when every suite succeeds, else `fail`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import LedgerError
+from ..spec.manifest import Manifest
+from .policy import (
+    INDEX_COLUMNS,
+    VALUE_FLAGS,
+    Expect,
+    Policy,
+    judge,
+    load_policy,
+    normalize_expect,
+    suites,
+)
+
+log = logging.getLogger(__name__)
+
+ANALYSIS_DIR = "analysis"
+VALIDATION_DIR = "validation"
+RESULT_FILE = "result.json"
+EXAMPLES = 10
+STATUSES = ("pass", "fail", "error")
+
+
+@dataclass
+class AnomalyRow:
+    """One anomaly kind's line of the verdict."""
+
+    anomaly: str
+    count: int
+    allowed: bool
+    expected_detected: bool
+    ok: bool
+    cls: str
+    summary: str
+    examples: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ValidationResult:
+    """The verdict on one run."""
+
+    run_dir: Path
+    success: bool
+    status: str                      # pass | fail | error
+    guarantee: str | None
+    expect: dict[str, Any]
+    rows: list[AnomalyRow]
+    errors: list[str]
+    suites: dict[str, bool]          # GX suite name -> success
+    data_docs: Path | None
+    claims: list[str] = field(default_factory=list)       # application-level claims judged besides the guarantee
+    exercised: list[dict[str, Any]] = field(default_factory=list)  # the analysis' "did the check bite" results
+
+    @property
+    def failing(self) -> list[AnomalyRow]:
+        """Rows that decide a non-pass verdict."""
+        return [r for r in self.rows if not r.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["run_dir"] = str(self.run_dir)
+        d["data_docs"] = None if self.data_docs is None else str(self.data_docs)
+        return d
+
+
+# --------------------------------------------------------------------------- inputs
+
+def read_metrics(run_dir: Path) -> dict[str, Any]:
+    """`analysis/metrics.json` of a run; LedgerError when the analysis has not run."""
+    path = Path(run_dir) / ANALYSIS_DIR / "metrics.json"
+    if not path.exists():
+        raise LedgerError(f"{path}: no analysis; run `spark-submit spark/analyze.py {run_dir}` first")
+    return json.loads(path.read_text())
+
+
+def run_errors(manifest: Manifest, metrics: Mapping[str, Any], policy: Policy) -> list[str]:
+    """Reasons the run cannot be judged (empty: it can)."""
+    errors = []
+    status = manifest.status
+    if status != "complete":
+        why = manifest.error
+        errors.append(f"manifest status is {status!r}" + (f": {why}" if why else "") + "; an incomplete run never passes")
+    counts = metrics.get("counts", {})
+    for name in policy.incomplete:
+        if counts.get(name, 0):
+            errors.append(f"{counts[name]} {name} value(s): acked values the final drain did not reach; "
+                          "the run is incomplete")
+    incomplete = [str(p["partition"]) for p in metrics.get("partitions", []) if not p.get("complete")]
+    if incomplete:
+        errors.append(f"final drain incomplete for partition(s) {', '.join(incomplete)}")
+    elif not metrics.get("partitions"):
+        errors.append("manifest has no audit.partitions: the final drain was not recorded")
+    if metrics.get("unhealed_faults"):
+        errors.append(f"fault(s) never healed: {', '.join(metrics['unhealed_faults'])}")
+    for r in not_exercised(metrics):
+        errors.append(f"not exercised: {r['check']} {r['subject']}: {r['evidence']}; the run tested nothing it claims")
+    return errors
+
+
+def not_exercised(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The analysis' exercised checks that did not hold: a fault without effect, a condition not met."""
+    return [r for r in metrics.get("exercised") or [] if not r.get("held")]
+
+
+def counts_frame(counts: Mapping[str, int], policy: Policy):
+    """One-row pandas frame, one int64 column per anomaly kind."""
+    import pandas as pd
+
+    return pd.DataFrame({k: pd.Series([int(counts.get(k, 0) or 0)], dtype="int64") for k in policy.names})
+
+
+def anomalies_frame(run_dir: Path):
+    """analysis/anomalies.parquet as pandas (kind + the index columns + detail)."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / ANALYSIS_DIR / "anomalies.parquet"
+    table = pq.read_table(path, columns=["kind", *INDEX_COLUMNS, "detail"])
+    return table.to_pandas(integer_object_nulls=True)
+
+
+def values_frame(run_dir: Path, policy: Policy):
+    """The columns of analysis/values.parquet the values suite checks."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / ANALYSIS_DIR / "values.parquet"
+    cols = ["value_id", "outcome", "log_count", *sorted(set(VALUE_FLAGS.values()))]
+    # Categorical strings: a 10M-value run stays a few hundred MB.
+    return pq.read_table(path, columns=cols).to_pandas(strings_to_categorical=True)
+
+
+def anomaly_examples(frame, limit: int = EXAMPLES) -> dict[str, list[int]]:
+    """Up to `limit` smallest value ids per kind."""
+    out: dict[str, list[int]] = {}
+    if len(frame) == 0:
+        return out
+    with_ids = frame[frame["value_id"].notna()]
+    for kind, ids in with_ids.groupby("kind")["value_id"]:
+        out[str(kind)] = sorted({int(v) for v in ids})[:limit]
+    return out
+
+
+# --------------------------------------------------------------------------- GX
+
+def _gx_context(docs_dir: Path):
+    """An ephemeral GX context whose only Data Docs site is `docs_dir`."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    site = {
+        "class_name": "SiteBuilder",
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    }
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        data_docs_sites={"run": site},
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    return gx.get_context(project_config=config, mode="ephemeral")
+
+
+def _gx_suite(spec: Mapping[str, Any]):
+    import great_expectations as gx
+
+    suite = gx.ExpectationSuite(name=spec["name"], expectations=[dict(e) for e in spec["expectations"]],
+                                meta=dict(spec.get("meta") or {}))
+    if len(suite.expectations) != len(spec["expectations"]):
+        raise LedgerError(f"GX refused part of suite {spec['name']}; see the log (GX {gx.__version__})")
+    return suite
+
+
+def run_checkpoints(frames: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]], docs_dir: Path,
+                    build_docs: bool = True) -> dict[str, bool]:
+    """Validate each frame with its suite through a GX checkpoint; Data Docs into `docs_dir`."""
+    import great_expectations as gx
+
+    docs_dir.mkdir(parents=True, exist_ok=True)
+    ctx = _gx_context(docs_dir)
+    source = ctx.data_sources.add_pandas("kafkaproof")
+    results: dict[str, bool] = {}
+    for frame_name, frame in frames.items():
+        spec = specs[frame_name]
+        asset = source.add_dataframe_asset(name=frame_name)
+        batch = asset.add_batch_definition_whole_dataframe(f"{frame_name}-all")
+        suite = ctx.suites.add(_gx_suite(spec))
+        vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=spec["name"], data=batch, suite=suite))
+        index_cols = [c for c in ("value_id", "partition", "offset") if c in frame.columns]
+        checkpoint = ctx.checkpoints.add(gx.Checkpoint(
+            name=f"kafkaproof-{frame_name}",
+            validation_definitions=[vd],
+            actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["run"])] if build_docs else [],
+            result_format={"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES,
+                           "unexpected_index_column_names": index_cols},
+        ))
+        outcome = checkpoint.run(batch_parameters={"dataframe": frame})
+        results[spec["name"]] = bool(outcome.success)
+    return results
+
+
+# --------------------------------------------------------------------------- verdict
+
+def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
+             policy: Policy | None = None, data_docs: bool = True) -> ValidationResult:
+    """Judge a run: GX suites from the policy over its analysis; writes validation/result.json.
+
+    `guarantee`/`expect` override the manifest's scenario (to judge one history
+    under several guarantees); `data_docs=False` skips building Data Docs. Raises ScenarioError for an invalid guarantee or
+    expect, PolicyError for a bad policy file, LedgerError when there is no manifest.
+    """
+    run_dir = Path(run_dir)
+    policy = policy or load_policy()
+    manifest = Manifest.read(run_dir)
+    scenario = manifest.scenario
+    guarantee = guarantee or scenario.get("guarantee") or "at-least-once"
+    policy.check_guarantee(guarantee)
+    claims = sorted((scenario.get("claims") or {}).keys())
+    policy.check_claims(claims)
+    exp = normalize_expect(expect if expect is not None else manifest.expect, policy)
+    out_dir = run_dir / VALIDATION_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expect_dict = {"outcome": exp.outcome, "detect": list(exp.detect)}
+
+    try:
+        metrics = read_metrics(run_dir)
+    except LedgerError as exc:
+        result = ValidationResult(run_dir, False, "error", guarantee, expect_dict, [], [str(exc)], {}, None, claims)
+        return _save(result)
+
+    counts = metrics.get("counts", {})
+    unknown = sorted(set(counts) - set(policy.names))
+    errors = run_errors(manifest, metrics, policy)
+    if unknown:
+        errors.append(f"analysis counts kinds the policy does not know: {', '.join(unknown)}")
+    anomalies = anomalies_frame(run_dir)
+    examples = anomaly_examples(anomalies)
+    rows = [AnomalyRow(j.anomaly, j.count, j.allowed, j.expected_detected, j.ok, policy.kind(j.anomaly).cls,
+                       policy.kind(j.anomaly).summary, examples.get(j.anomaly, []))
+            for j in judge(counts, policy, guarantee, exp, claims)]
+
+    specs = suites(policy, guarantee, exp, claims)
+    frames = {"counts": counts_frame(counts, policy), "anomalies": anomalies, "values": values_frame(run_dir, policy)}
+    docs_dir = out_dir / "data_docs"
+    suite_results = run_checkpoints(frames, specs, docs_dir, build_docs=data_docs)
+    gx_ok = all(suite_results.values())
+    policy_ok = all(r.ok for r in rows)
+    if gx_ok != policy_ok:
+        # Both read the same policy; disagreement is a bug, and must never turn into a pass.
+        errors.append(f"GX suites ({'pass' if gx_ok else 'fail'}) and policy ({'pass' if policy_ok else 'fail'}) "
+                      "disagree; treat as a kafkaproof bug")
+    status = "error" if errors else ("pass" if gx_ok and policy_ok else "fail")
+    index = docs_dir / "index.html"
+    result = ValidationResult(run_dir, status == "pass", status, guarantee, expect_dict, rows, errors,
+                              suite_results, index if data_docs and index.exists() else None, claims,
+                              list(metrics.get("exercised") or []))
+    return _save(result)
+
+
+def _save(result: ValidationResult) -> ValidationResult:
+    path = result.run_dir / VALIDATION_DIR / RESULT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return result
+
+
+def format_result(result: ValidationResult, *, all_rows: bool = False) -> str:
+    """Human summary for the CLI: verdict, then which anomalies, how many, example value ids."""
+    head = f"{result.status.upper()}  {result.run_dir.name}  guarantee={result.guarantee}"
+    if result.claims:
+        head += f"  claims={','.join(result.claims)}"
+    if result.expect.get("outcome") == "detect":
+        head += f"  negative control: detect {', '.join(result.expect['detect'])}"
+    lines = [head]
+    for e in result.errors:
+        lines.append(f"  error: {e}")
+    shown = [r for r in result.rows if all_rows or r.count or r.expected_detected or not r.ok]
+    if shown:
+        width = max(len(r.anomaly) for r in shown)
+        for r in shown:
+            if not r.ok:
+                mark = "MISSING" if r.expected_detected else "FAIL"
+            elif r.expected_detected:
+                mark = "found"
+            elif r.cls == "info":
+                mark = "info"
+            else:
+                mark = "allowed" if r.count else "ok"
+            ids = f"  e.g. value ids {', '.join(map(str, r.examples))}" if r.examples else ""
+            lines.append(f"  {mark:>7}  {r.anomaly:<{width}}  {r.count:>8}{ids}")
+    else:
+        lines.append("  no anomalies")
+    for r in result.exercised:
+        lines.append(f"  {'held' if r.get('held') else 'NOT MET':>7}  {r['check']} {r['subject']}: {r['evidence']}")
+    if result.data_docs:
+        lines.append(f"  data docs: {result.data_docs}")
+    return "\n".join(lines)
+
+
+def load_result(run_dir: Path) -> dict[str, Any]:
+    """The saved `validation/result.json` of a run."""
+    path = Path(run_dir) / VALIDATION_DIR / RESULT_FILE
+    if not path.exists():
+        raise LedgerError(f"{path}: not validated yet")
+    return json.loads(path.read_text())
+
+
+__all__: Sequence[str] = ("AnomalyRow", "ValidationResult", "validate", "format_result", "load_result",
+                          "read_metrics", "Expect")

@@ -1,0 +1,149 @@
+"""The Airflow DAGs: structure, and end-to-end runs with `airflow dags test` on real clusters."""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kafkaproof.verdict import history
+from kafkaproof.cluster import state
+from kafkaproof.spec import scenario as scenario_mod
+
+pytestmark = pytest.mark.airflow
+
+from support import REPO  # noqa: E402
+
+
+def airflow_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment `scripts/airflow-env.sh` sets, with a private AIRFLOW_HOME."""
+    out = subprocess.run(["bash", "-c", f"AIRFLOW_HOME={home} source scripts/airflow-env.sh && env -0"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    env = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("airflow")
+    env = airflow_env(home)
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(["airflow", "pools", "set", "kafka_cluster", "1", "one cluster per host"], env=env, check=True,
+                   capture_output=True, timeout=120)
+    return home
+
+
+def dagbag(home: Path):
+    """A DagBag of dags/, read with the settings of a migrated Airflow home."""
+    for key, value in airflow_env(home).items():
+        if key.startswith(("AIRFLOW", "KAFKAPROOF")):
+            os.environ[key] = value
+    from airflow.dag_processing.dagbag import DagBag
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+def test_dags_import_with_the_expected_structure(airflow_home):
+    bag = dagbag(airflow_home)
+    assert bag.import_errors == {}
+    assert {"kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check"} <= set(bag.dag_ids)
+    nightly = bag.get_dag("kafka_reliability_nightly")
+    assert nightly.catchup is False and nightly.max_active_runs == 1
+    assert nightly.schedule == "0 2 * * *"
+    tasks = {t.task_id: t for t in nightly.tasks}
+    for step in ("provision", "run_workload", "analyze", "validate", "compare_with_history", "report",
+                 "teardown_cluster"):
+        assert f"baseline.{step}" in tasks
+    assert tasks["baseline.provision"].is_setup and tasks["baseline.teardown_cluster"].is_teardown
+    assert type(tasks["baseline.analyze"]).__name__ == "SparkSubmitOperator"
+    assert tasks["baseline.analyze"].pool == "kafka_cluster" or tasks["baseline.run_workload"].pool == "kafka_cluster"
+    assert tasks["gate"].trigger_rule == "all_done"
+    # groups run one after another (one cluster per host)
+    assert tasks["baseline.compare_with_history"].upstream_task_ids == {"baseline.validate"}
+    assert tasks["baseline.report"].upstream_task_ids == {"baseline.compare_with_history"}
+    assert {"baseline.teardown_cluster", "baseline.report"} <= \
+        tasks["consumer_crash_commit_before.provision"].upstream_task_ids
+    manual = bag.get_dag("kafka_reliability_manual")
+    assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
+    assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id"} <= set(manual.params)
+    upgrade = bag.get_dag("kafka_upgrade_check")
+    assert {"current_version", "candidate_version"} <= set(upgrade.params)
+
+
+def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_home, monkeypatch):
+    dagbag(airflow_home)  # the Airflow settings, including the kafka_default connection
+    module = runpy.run_path(str(REPO / "dags" / "kafka_reliability.py"))
+    existing_cluster = module["existing_cluster"]
+    assert existing_cluster({}) is None  # the embedded local cluster
+    assert existing_cluster({"bootstrap": "k1:9092", "kafka_conn_id": "kafka_default"}) == "k1:9092"
+    assert existing_cluster({"kafka_conn_id": "kafka_default"}) == "localhost:9092"
+    monkeypatch.setenv("AIRFLOW_CONN_KP_NO_SERVERS", '{"conn_type": "kafka", "extra": {"acks": "all"}}')
+    from airflow.sdk.exceptions import AirflowFailException
+    with pytest.raises(AirflowFailException, match="'kp_no_servers': its Extra has no 'bootstrap.servers'"):
+        existing_cluster({"kafka_conn_id": "kp_no_servers"})
+
+
+def dags_test(env: dict, dag_id: str, conf: dict | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:
+    cmd = ["airflow", "dags", "test", dag_id]
+    if conf:
+        cmd += ["--conf", json.dumps(conf)]
+    return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def catalog(tmp_path: Path, *docs: dict) -> Path:
+    d = tmp_path / "scenarios"
+    d.mkdir()
+    for doc in docs:
+        (d / f"{doc['name']}.yaml").write_text(yaml.safe_dump(doc))
+    return d
+
+
+def test_smoke_suite_passes_end_to_end(airflow_home, tmp_path):
+    runs = tmp_path / "runs"
+    env = airflow_env(airflow_home, KAFKAPROOF_SUITE="smoke", KAFKAPROOF_RUNS=str(runs),
+                      KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/history.sqlite")
+    r = dags_test(env, "kafka_reliability_nightly")
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-6000:]
+    assert "reliability gate passed" in log
+    rows = history.runs(url=env["KAFKAPROOF_HISTORY_URL"])
+    assert {row["scenario"] for row in rows} == {"baseline", "consumer-crash-commit-before"}
+    assert {row["verdict"] for row in rows} == {"pass"}  # the negative control passes by being detected
+    for row in rows:
+        assert Path(row["report"]).exists()
+    assert not [n for n in state.list_clusters() if n.startswith("af-")]
+
+
+def test_regression_and_failed_workload_fail_the_gate_after_teardown(airflow_home, tmp_path):
+    baseline = yaml.safe_load((REPO / "scenarios" / "baseline.yaml").read_text())
+    baseline.update(tags=["t"], producers={**baseline["producers"], "messages": 2000})
+    # librdkafka rejects the property when the producer starts: the workload task fails mid-run
+    broken = dict(baseline, name="broken-producer", producers={**baseline["producers"], "config": {"no.such.property": 1}})
+    url = f"sqlite:///{tmp_path}/history.sqlite"
+    scenarios = catalog(tmp_path, baseline, broken)
+    same_config = scenario_mod.load(scenarios / "baseline.yaml").hash()
+    for i in range(5):  # seeded history (a full baseline): baseline used to be impossibly fast
+        history.record({"scenario": "baseline", "run_id": f"seed-{i}", "kafka_version": "4.3.1", "verdict": "pass",
+                        "scenario_hash": same_config, "finished_at": datetime(2026, 11, 1 + i, tzinfo=timezone.utc),
+                        "metrics": {"publish_p50_ms": 0.01, "anomalies": {}}}, url)
+    # ... and a run of another configuration (another scale) that had no p50 at all: not a baseline
+    history.record({"scenario": "baseline", "run_id": "other-scale", "kafka_version": "4.3.1", "verdict": "pass",
+                    "scenario_hash": "0" * 16, "finished_at": datetime(2026, 11, 7, tzinfo=timezone.utc),
+                    "metrics": {"publish_p50_ms": 0.0, "anomalies": {}}}, url)
+    env = airflow_env(airflow_home, KAFKAPROOF_SUITE="t", KAFKAPROOF_SCENARIOS=str(scenarios),
+                      KAFKAPROOF_RUNS=str(tmp_path / "runs"), KAFKAPROOF_HISTORY_URL=url,
+                      KAFKAPROOF_REGRESSION_TOLERANCE="0", KAFKAPROOF_REGRESSION_MIN_ABSOLUTE='{"publish_p50_ms": 0}')
+    r = dags_test(env, "kafka_reliability_nightly")
+    log = r.stdout + r.stderr
+    assert r.returncode != 0, log[-6000:]
+    assert "reliability gate failed" in log
+    assert "baseline" in log and "regression: publish_p50_ms" in log and "of the last 5 passing runs" in log
+    assert "broken-producer" in log and "error" in log
+    # the failed workload's cluster was torn down
+    assert not [n for n in state.list_clusters() if n.startswith("af-")]
+    assert history.runs("broken-producer", url=url)[0]["verdict"] == "error"

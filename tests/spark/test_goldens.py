@@ -1,0 +1,201 @@
+"""The analysis job and the verdicts, proven on golden histories (tests/golden.py).
+
+The Spark job runs once per session over every golden run directory (one spark-submit);
+these tests read its outputs. The job's pure parts and the policy are unit-tested in
+tests/unit/analysis and tests/unit/verdict.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import golden
+from kafkaproof import analysis
+from kafkaproof.verdict.policy import GUARANTEES, load_policy
+from kafkaproof.verdict.validation import format_result, validate
+
+from support import load_analysis_job
+
+
+job = load_analysis_job()
+policy = load_policy()
+GOLDENS = {name: build() for name, build in golden.GOLDENS.items()}
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Every golden written and analysed by ONE spark-submit; variants reuse their base's analysis."""
+    root = tmp_path_factory.mktemp("golden")
+    dirs = {name: g.write(root / name) for name, g in GOLDENS.items()}
+    own = golden.needs_analysis(GOLDENS)
+    analysis.analyze_many([dirs[n] for n in own], parallel=2,
+                          extra_conf={"spark.sql.shuffle.partitions": "1", "spark.driver.memory": "2g"})
+    for name, g in GOLDENS.items():
+        if g.analysis_from:
+            shutil.copytree(dirs[g.analysis_from] / "analysis", dirs[name] / "analysis")
+    return dirs
+
+
+def metrics_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "analysis" / "metrics.json").read_text())
+
+
+def anomalies_of(run_dir: Path):
+    return pq.read_table(run_dir / "analysis" / "anomalies.parquet").to_pandas()
+
+
+# --------------------------------------------------------------------------- spark: classification
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", list(GOLDENS))
+def test_counts_exact(runs, name):
+    want = {k: GOLDENS[name].counts.get(k, 0) for k in job.KINDS}
+    assert metrics_of(runs[name])["counts"] == want
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", list(GOLDENS))
+def test_value_ids_exact(runs, name):
+    g = GOLDENS[name]
+    frame = anomalies_of(runs[name])
+    got = {k: sorted(int(v) for v in grp["value_id"].dropna()) for k, grp in frame.groupby("kind")}
+    assert got == {k: sorted(v) for k, v in g.value_ids.items()}
+    assert set(g.value_ids) == set(g.counts), "every expected kind names its value ids"
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", list(GOLDENS))
+def test_verdict(runs, name):
+    result = validate(runs[name])
+    assert result.status == GOLDENS[name].status, format_result(result)
+    assert result.success == (result.status == "pass")
+    saved = json.loads((runs[name] / "validation" / "result.json").read_text())
+    assert saved["status"] == result.status
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", [n for n, g in GOLDENS.items() if g.counts and g.analysis_from is None
+                                  and "unseen" not in g.counts])
+def test_each_guarantee_fails_exactly_when_it_forbids(runs, name):
+    """The suites (through GX) fail a history under a guarantee iff the policy forbids one of its anomalies."""
+    for guarantee in GUARANTEES:
+        forbidden = set(policy.forbidden(guarantee, sorted(GOLDENS[name].claims))) & set(GOLDENS[name].counts)
+        result = validate(runs[name], guarantee=guarantee, expect={"outcome": "pass"}, data_docs=False)
+        assert result.status == ("fail" if forbidden else "pass"), (guarantee, format_result(result))
+        assert {r.anomaly for r in result.failing} == forbidden
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_clean_passes_every_guarantee(runs, guarantee):
+    result = validate(runs["clean"], guarantee=guarantee, data_docs=False)
+    assert result.status == "pass", format_result(result)
+    # Aborted records read by a read_uncommitted consumer: only exactly-once forbids processing them.
+    result = validate(runs["clean_txn"], guarantee=guarantee, data_docs=False)
+    assert result.status == ("fail" if guarantee == "exactly-once" else "pass"), format_result(result)
+
+
+@pytest.mark.spark
+def test_negative_control_passes_only_when_detected(runs):
+    assert validate(runs["lost"], expect={"outcome": "detect", "detect": ["lost"]}, data_docs=False).status == "pass"
+    missing = validate(runs["lost"], expect={"outcome": "detect", "detect": ["lost", "duplicates"]}, data_docs=False)
+    assert missing.status == "fail"
+    assert [r.anomaly for r in missing.failing] == ["duplicates"]
+    assert validate(runs["clean"], expect={"outcome": "detect", "detect": ["lost"]}, data_docs=False).status == "fail"
+
+
+@pytest.mark.spark
+def test_clean_metrics(runs):
+    """Latency, availability and fault figures of the clean golden, derived by hand from its construction."""
+    m = metrics_of(runs["clean"])
+    assert {k: m["outcomes"][k] for k in ("sent", "acked", "failed", "indefinite", "consumed", "in_log", "reads")} == \
+        {"sent": 60, "acked": 40, "failed": 19, "indefinite": 1, "consumed": 40, "in_log": 40, "reads": 40}
+    pub = m["latency_ms"]["publish"]
+    assert (pub["count"], pub["p50"], pub["p95"], pub["max"]) == (40, 5.0, 5.0, 50.0)
+    assert m["latency_ms"]["end_to_end"]["p50"] == 60.0
+    assert m["latency_ms"]["publish_delay"]["max"] == 0.0
+    assert m["latency_ms_by_fault"]["f1"]["publish"]["count"] == 1      # the ack sent at exactly 4.0 s (heal)
+    assert m["latency_ms_by_fault"]["(none)"]["publish"]["count"] == 39
+    av = m["availability"]
+    assert (av["attempted"], av["acked"], av["seconds_unavailable"]) == (60, 40, 2)
+    assert av["unavailability_windows"] == [{"start_s": 2, "end_s": 3, "seconds": 2}]
+    (f,) = m["faults"]
+    assert f["fault_id"] == "f1" and f["time_to_first_error_ms"] == 500.0
+    assert f["last_error_s"] == pytest.approx(4.4)
+    assert f["acks_resume_ms"] == pytest.approx(2405.0)
+    assert f["recovery_after_heal_ms"] == pytest.approx(405.0)
+    assert f["max_ack_gap_ms"] == pytest.approx(2005.0)
+    assert m["complete"] is True
+
+
+@pytest.mark.spark
+def test_output_schemas(runs):
+    d = runs["clean"] / "analysis"
+    values = pq.read_table(d / "values.parquet").to_pandas()
+    assert values["value_id"].is_unique and len(values) == 60
+    assert {"value_id", "outcome", "log_count", "read_count", "lost", "unseen", "duplicate", "not_delivered",
+            "aborted_read", "indefinite_landed", "unknown_value"} <= set(values.columns)
+    anomalies = pq.read_table(d / "anomalies.parquet").schema.names
+    assert anomalies == ["kind", "value_id", "producer", "partition", "offset", "offsets", "value_ids", "consumer",
+                         "consumer_pid", "group", "t_start_ns", "t_end_ns", "detail", "cause_fault_id", "cause",
+                         "t_s", "fault_ids", "fault_kinds", "fault_targets"]
+    ts = pq.read_table(d / "timeseries.parquet").to_pandas()
+    assert list(ts["second"]) == list(range(6))
+    assert list(ts["attempted"]) == [10] * 6
+    assert list(ts["active_faults"].map(list)) == [[], [], ["f1"], ["f1"], ["f1"], []]
+
+
+@pytest.mark.spark
+def test_anomaly_rows_name_their_faults(runs):
+    rows = anomalies_of(runs["lost"])
+    assert set(rows["kind"]) == {"lost", "ack_offset_mismatch", "inconsistent_offsets"}
+    lost = rows[rows["kind"] == "lost"].iloc[0]
+    assert list(lost["fault_ids"]) == ["f1"] and list(lost["fault_kinds"]) == ["kill"]
+    incons = rows[rows["kind"] == "inconsistent_offsets"].iloc[0]
+    assert sorted(incons["value_ids"]) == [2, 3]  # X acked there, Y logged there
+
+
+@pytest.mark.spark
+def test_duplicates_are_attributed_to_the_lost_ack_that_caused_them(runs):
+    g = GOLDENS["lost_ack_attribution"]
+    rows = anomalies_of(runs["lost_ack_attribution"])
+    got = {int(r["value_id"]): (None if r["cause_fault_id"] is None else r["cause_fault_id"])
+           for _, r in rows.iterrows()}
+    assert got == g.causes
+    first = rows[rows["value_id"] == min(g.value_ids["duplicates"])].iloc[0]
+    assert "offsets 1..2" in first["cause"] and "correlation id 1" in first["cause"] and "lost ack" in first["cause"]
+    assert first["cause"] in first["detail"]
+    pipelined = rows[rows["value_id"] == max(g.value_ids["duplicates"])].iloc[0]
+    assert "offsets 8..8" in pipelined["cause"] and "correlation id 3" in pipelined["cause"]
+    assert "discarded when the fault proxy reset the connection" in pipelined["cause"]
+    att = metrics_of(runs["lost_ack_attribution"])["attribution"]
+    assert att["unacknowledged_writes"] == 3 and att["unacknowledged_records"] == 4  # other topic ignored
+    assert att["kinds"]["duplicates"] == {"attributed": 3, "unattributed": 1, "by_fault": {"la": 3}}
+    assert att["kinds"]["indefinite_landed"] == {"attributed": 1, "unattributed": 0, "by_fault": {"la": 1}}
+    # without proxy events nothing is attributed, and the metrics say so
+    plain = metrics_of(runs["duplicates"])["attribution"]
+    assert plain["unacknowledged_writes"] == 0
+    assert plain["kinds"]["duplicates"] == {"attributed": 0, "unattributed": 1, "by_fault": {}}
+
+
+@pytest.mark.spark
+def test_data_docs_and_format(runs):
+    result = validate(runs["lost"])
+    assert result.data_docs is not None and result.data_docs.exists()
+    assert result.data_docs == runs["lost"] / "validation" / "data_docs" / "index.html"
+    text = format_result(result)
+    assert text.startswith("FAIL")
+    assert "lost" in text and "e.g. value ids 2" in text
+
+
+@pytest.mark.spark
+def test_validate_without_analysis_is_an_error(tmp_path):
+    run = golden.clean().write(tmp_path / "run")
+    result = validate(run)
+    assert result.status == "error" and "no analysis" in result.errors[0]
+
+

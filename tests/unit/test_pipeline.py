@@ -1,0 +1,105 @@
+"""Results history, regression rules and the gate, without a cluster."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kafkaproof import pipeline
+from kafkaproof.verdict import history
+
+pytestmark = pytest.mark.unit
+
+
+def metrics(recovery=5.0, p99=20.0, unavailable=3.0, **anomalies):
+    return {"recovery_s": recovery, "publish_p99_ms": p99, "unavailable_s": unavailable, "anomalies": anomalies}
+
+
+def test_history_records_and_lists_runs(tmp_path):
+    url = f"sqlite:///{tmp_path}/h.sqlite"
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    for i in range(3):
+        history.record({"scenario": "s", "run_id": f"r{i}", "kafka_version": "4.3.1", "verdict": "pass",
+                        "finished_at": t0 + timedelta(days=i), "metrics": metrics(recovery=i)}, url)
+    history.record({"scenario": "s", "run_id": "r1", "kafka_version": "4.3.1", "verdict": "fail",
+                    "finished_at": t0 + timedelta(days=1), "metrics": metrics()}, url)  # replaces r1
+    rows = history.runs("s", url=url)
+    assert [r["run_id"] for r in rows] == ["r2", "r1", "r0"]
+    assert [r["run_id"] for r in history.runs("s", verdict="pass", url=url)] == ["r2", "r0"]
+    assert rows[0]["metrics"]["recovery_s"] == 2
+    text = history.format_trend(rows)
+    assert text.splitlines()[1].startswith("2026-11-01") and "fail" in text
+
+
+def summary(name, verdict, expect="pass", **kw):
+    return {"scenario": name, "run_id": f"{name}-1", "verdict": verdict, "expect": expect, "violations": [],
+            "regressions": [], "error": None, **kw}
+
+
+def test_gate_lists_every_problem():
+    ok, problems = pipeline.gate([summary("a", "pass"), summary("b", "pass")])
+    assert ok and problems == []
+    ok, problems = pipeline.gate([
+        summary("a", "fail", violations=["lost: 3 acknowledged values are not in the log"]),
+        summary("b", "fail", expect="detect", violations=["lost: expected, found 0"]),
+        summary("c", "error", error="run incomplete: interrupted"),
+        summary("d", "pass", regressions=["recovery_s 9.0 vs median 5.0"]), None])
+    assert not ok
+    assert problems[0].startswith("a (a-1): guarantee violated: lost: 3")
+    assert problems[1].startswith("b (b-1): negative control not detected")
+    assert "c (c-1): error: run incomplete" in problems[2]
+    assert "d (d-1): regression: recovery_s" in problems[3]
+    assert "no summary" in problems[4]
+
+
+def test_upgrade_differences():
+    cur = summary("s", "pass", label="current", kafka_version="3.9.2", metrics=metrics(recovery=5))
+    cand = summary("s", "fail", label="candidate", kafka_version="4.3.1", metrics=metrics(recovery=5))
+    assert pipeline.upgrade_differences([cur, cand]) == ["s: pass on 3.9.2 but fail on 4.3.1"]
+    slower = dict(cand, verdict="pass", metrics=metrics(recovery=20))
+    (worse,) = pipeline.upgrade_differences([cur, slower])
+    assert "recovery_s 20.0" in worse
+    assert pipeline.upgrade_differences([cur, dict(cand, verdict="pass")]) == []
+
+
+def test_cluster_names_are_short_and_distinct():
+    a = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "baseline")
+    b = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "e1")
+    assert a != b and a.startswith("af-") and len(a) <= 31
+
+
+def test_pipeline_clusters_get_the_proxy_a_scenario_needs():
+    from kafkaproof.spec.cluster import cluster_config
+    (scn,) = pipeline.suite(names=["lost-acks-idempotence-off"])
+    assert cluster_config(scn.data, "af-x").proxy is True
+    (plain,) = pipeline.suite(names=["baseline"])
+    assert cluster_config(plain.data, "af-y").proxy is False
+
+
+def test_a_scenario_that_cannot_take_the_overrides_is_an_error_summary_before_anything_starts(tmp_path, monkeypatch):
+    (tmp_path / "s.yaml").write_text("name: s\nguarantee: at-least-once\nproducers: {messages: 10}\n")
+    monkeypatch.setenv("KAFKAPROOF_SCENARIOS", str(tmp_path))
+    summary = pipeline.run_pipeline("s", "batch/1", brokers=1, label="current")
+    assert summary["verdict"] == "error" and summary["run_dir"] is None and summary["label"] == "current"
+    assert "topic.replication_factor: 3 is more than the 1 broker(s)" in summary["error"]
+    ok, problems = pipeline.gate([summary])
+    assert not ok and "replication_factor" in problems[0]
+    # the same check the nightly DAG's provision task makes
+    (scn,) = pipeline.suite(names=["s"])
+    assert pipeline.refusal(scn) is None
+    assert "1 broker(s)" in pipeline.refusal(scn, brokers=1)
+
+
+def test_regression_baseline_is_runs_of_the_same_configuration(tmp_path):
+    url = f"sqlite:///{tmp_path}/h.sqlite"
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    for i, h in enumerate(("aaaa", "aaaa", "bbbb")):
+        history.record({"scenario": "s", "run_id": f"r{i}", "kafka_version": "4.3.1", "verdict": "pass",
+                        "scenario_hash": h, "finished_at": t0 + timedelta(days=i), "metrics": metrics()}, url)
+    assert [r["run_id"] for r in history.runs("s", scenario_hash="aaaa", url=url)] == ["r1", "r0"]
+    assert "bbbb" in history.format_trend(history.runs("s", url=url)).splitlines()[3]
+
+
+def test_a_batch_that_judged_nothing_fails_the_gate():
+    ok, problems = pipeline.gate([])
+    assert not ok and "no scenario ran" in problems[0]

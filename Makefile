@@ -12,7 +12,7 @@ export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
 KAFKA_VERSIONS ?= 4.3.1 3.9.2
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-packages python kafka test test-unit test-spark test-cluster run clean down
+.PHONY: help setup system-packages python kafka java test test-unit test-spark test-cluster run clean down
 
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
@@ -20,7 +20,7 @@ help:
 	@echo "make setup  only set up (.venv, Debian packages, Kafka from Maven Central)"
 	@echo "make down   tear down every local cluster and heal leftover faults"
 
-setup: system-packages python kafka
+setup: system-packages python kafka java
 
 system-packages:
 	@bash scripts/system-packages.sh
@@ -37,6 +37,10 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 
 kafka: python
 	@for v in $(KAFKA_VERSIONS); do $(PY) -m kafkaproof install-kafka --kafka-version $$v; done
+
+# The Java (kafka-clients) workload driver, built with Maven from java/ into the cache.
+java: kafka
+	@$(PY) -c "from kafkaproof.run import java_driver; print('[setup] java driver:', java_driver.build())"
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

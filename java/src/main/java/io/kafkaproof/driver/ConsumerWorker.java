@@ -1,0 +1,361 @@
+package io.kafkaproof.driver;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+/**
+ * Recording consumer, the Java twin of workload.run_consumer.
+ *
+ * <p>Reads are written (and handed to the OS) after every poll and before the commit that
+ * follows it, so the ledger never claims less than was processed; {@code commit=before} commits
+ * first, then sleeps {@code processing_ms}, then records, which is its point. Commits name the
+ * offsets the driver tracked (last read offset + 1 per partition). With {@code commit=auto} the
+ * client commits inside poll() and close(); a consumer interceptor records those commits.
+ */
+final class ConsumerWorker {
+    private static final String[] OWNED = {ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, ConsumerConfig.GROUP_ID_CONFIG,
+        ConsumerConfig.ISOLATION_LEVEL_CONFIG, ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG,
+        ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG};
+    static final double CLOSE_TIMEOUT_S = 5;
+    static final Set<String> STRATEGIES = Set.of("auto", "sync", "async", "before");
+
+    /** The running worker, for {@link CommitInterceptor} (one worker per JVM). */
+    static volatile ConsumerWorker current;
+
+    private final Spec spec;
+    private final Lifecycle lc;
+    private final int index;
+    private final int incarnation;
+    private final int pid = (int) ProcessHandle.current().pid();
+    private final String strategy;
+    private final boolean assignMode;
+    private final Notifier notifier;
+    private Tsv reads;
+    private Tsv events;
+    private Progress progress;
+    private KafkaConsumer<byte[], byte[]> consumer;
+    private int generation = -1;
+    // Next offset to commit per partition: last offset read + 1.
+    private final Map<TopicPartition, OffsetAndMetadata> consumed = new HashMap<>();
+    private long read;
+    private long polls;
+    private long rebalances;
+    private long commits;
+    private long commitErrors;
+    private final Map<String, Long> positions = new TreeMap<>();
+
+    ConsumerWorker(Spec spec, Lifecycle lc) {
+        this.spec = spec;
+        this.lc = lc;
+        this.index = (int) spec.lng("index");
+        this.incarnation = (int) spec.lng("incarnation", 0);
+        this.strategy = spec.str("commit", "sync");
+        if (!STRATEGIES.contains(strategy)) {
+            throw new Spec.SpecException("commit: unknown strategy '" + strategy + "'; allowed: auto, sync, async, before");
+        }
+        this.assignMode = "assign".equals(spec.str("mode", "subscribe"));
+        this.notifier = new Notifier(spec.str("notify", null));
+    }
+
+    /** Properties the consumer is created with: defaults, the scenario's config, then what the driver owns. */
+    static Properties properties(Spec spec) {
+        Properties p = new Properties();
+        p.setProperty(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        if (spec.has("batch")) {
+            p.setProperty(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Long.toString(spec.lng("batch", 500)));
+        }
+        Spec config = spec.sub("config");
+        if (config != null) {
+            for (Map.Entry<String, Object> e : config.m.entrySet()) {
+                if (List.of(OWNED).contains(e.getKey())) {
+                    Log.warn("config." + e.getKey() + " ignored: the driver sets it from the spec");
+                } else if (e.getValue() != null) {
+                    p.setProperty(e.getKey(), Spec.propertyValue(e.getValue()));
+                }
+            }
+        }
+        String strategy = spec.str("commit", "sync");
+        p.setProperty(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, spec.str("bootstrap"));
+        String group = spec.str("group", "");
+        if (!group.isEmpty()) {
+            p.setProperty(ConsumerConfig.GROUP_ID_CONFIG, group);
+        }
+        p.setProperty(ConsumerConfig.ISOLATION_LEVEL_CONFIG, spec.str("isolation_level", "read_committed"));
+        p.setProperty(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, Boolean.toString("auto".equals(strategy)));
+        p.setProperty(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.setProperty(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        if ("auto".equals(strategy)) {
+            String mine = CommitInterceptor.class.getName();
+            String other = p.getProperty(ConsumerConfig.INTERCEPTOR_CLASSES_CONFIG, "").trim();
+            p.setProperty(ConsumerConfig.INTERCEPTOR_CLASSES_CONFIG, other.isEmpty() ? mine : other + "," + mine);
+        }
+        return p;
+    }
+
+    private static int[] partitions(Collection<TopicPartition> parts) {
+        int[] a = new int[parts.size()];
+        int k = 0;
+        for (TopicPartition tp : parts) {
+            a[k++] = tp.partition();
+        }
+        java.util.Arrays.sort(a);
+        return a;
+    }
+
+    /** Records one consumer event and hands it to the OS at once (events are few and precious). */
+    private void event(String name, int[] parts, long[] offsets, Boolean success, String error) {
+        synchronized (events) {
+            events.l(index).l(pid).l(incarnation).l(System.nanoTime()).s(name).ints(parts).longs(offsets)
+                    .b(success).s(error).end();
+        }
+        try {
+            events.flush();
+        } catch (IOException e) {
+            Log.warn("could not write an event: " + e);
+        }
+    }
+
+    private void commitEvent(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
+        List<Map.Entry<TopicPartition, OffsetAndMetadata>> sorted = new ArrayList<>(offsets.entrySet());
+        sorted.sort((a, b) -> Integer.compare(a.getKey().partition(), b.getKey().partition()));
+        int[] parts = new int[sorted.size()];
+        long[] offs = new long[sorted.size()];
+        for (int k = 0; k < parts.length; k++) {
+            parts[k] = sorted.get(k).getKey().partition();
+            offs[k] = sorted.get(k).getValue().offset();
+        }
+        boolean okCommit = error == null;
+        if (okCommit) {
+            commits++;
+        } else {
+            commitErrors++;
+        }
+        event("commit", parts, offs, okCommit, error == null ? null : error.getClass().getSimpleName() + ": " + error.getMessage());
+        if (okCommit) {
+            notifier.send("{\"consumer\":" + index + ",\"incarnation\":" + incarnation
+                    + ",\"event\":\"commit\",\"ts_ns\":" + System.nanoTime() + "}");
+        }
+    }
+
+    /** Called by {@link CommitInterceptor} for commits the client made by itself (commit=auto). */
+    void autoCommitted(Map<TopicPartition, OffsetAndMetadata> offsets) {
+        if ("auto".equals(strategy) && events != null) {
+            commitEvent(offsets, null);
+        }
+    }
+
+    private void commit(String how, Duration timeout) {
+        if (consumed.isEmpty()) {
+            return;  // nothing read yet: nothing to commit (the Python worker skips _NO_OFFSET too)
+        }
+        Map<TopicPartition, OffsetAndMetadata> offsets = new LinkedHashMap<>(consumed);
+        if ("async".equals(how)) {
+            consumer.commitAsync(offsets, (committed, e) -> commitEvent(offsets, e));
+            return;
+        }
+        lc.blocking(true);  // a stop request interrupts a commit that waits for a coordinator that is gone
+        try {
+            if (timeout == null) {
+                consumer.commitSync(offsets);
+            } else {
+                consumer.commitSync(offsets, timeout);
+            }
+            commitEvent(offsets, null);
+        } catch (KafkaException e) {
+            // CommitFailedException, RebalanceInProgressException, TimeoutException, InterruptException...: recorded
+            commitEvent(offsets, e);
+        } finally {
+            lc.blocking(false);
+        }
+    }
+
+    private void track(ConsumerRecords<byte[], byte[]> batch) {
+        for (TopicPartition tp : batch.partitions()) {
+            List<ConsumerRecord<byte[], byte[]>> rs = batch.records(tp);
+            consumed.put(tp, new OffsetAndMetadata(rs.get(rs.size() - 1).offset() + 1));
+        }
+    }
+
+    private void record(ConsumerRecords<byte[], byte[]> batch, long now, long pollId) throws IOException {
+        synchronized (reads) {
+            for (ConsumerRecord<byte[], byte[]> r : batch) {
+                byte[] key = r.key();
+                reads.l(index).l(pid).l(incarnation).l(generation).l(r.partition()).l(r.offset())
+                        .s(key == null ? null : new String(key, StandardCharsets.UTF_8))
+                        .l(Payload.decode(r.value())).l(now).l(pollId).end();
+            }
+        }
+        reads.flush();  // on disk before the commit that follows
+        read += batch.count();
+    }
+
+    private void sleepProcessing(long ms) {
+        long end = System.nanoTime() + ms * 1_000_000L;
+        while (!lc.stopping()) {
+            long left = end - System.nanoTime();
+            if (left <= 0) {
+                return;
+            }
+            try {
+                Thread.sleep(Math.min(50, Math.max(1, left / 1_000_000L)));
+            } catch (InterruptedException e) {
+                return;
+            }
+        }
+    }
+
+    private void updatePositions() {
+        positions.clear();
+        for (TopicPartition tp : consumer.assignment()) {
+            try {
+                positions.put(Integer.toString(tp.partition()), consumer.position(tp, Duration.ofMillis(100)));
+            } catch (KafkaException e) {
+                // no position yet (offset fetch under a fault): left out, as the Python worker does
+            }
+        }
+    }
+
+    private void writeProgress(boolean done) {
+        StringBuilder b = new StringBuilder(256);
+        b.append("{\"read\":").append(read).append(",\"polls\":").append(polls).append(",\"rebalances\":")
+                .append(rebalances).append(",\"commits\":").append(commits).append(",\"commit_errors\":")
+                .append(commitErrors).append(',');
+        Progress.counts(b, "positions", positions);
+        b.append(",\"client\":\"java\"");
+        if (done) {
+            b.append(",\"done\":true");
+        }
+        progress.write(b.append('}').toString());
+    }
+
+    private final class Listener implements ConsumerRebalanceListener {
+        @Override
+        public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+            event("revoke", partitions(parts), null, null, null);
+            for (TopicPartition tp : parts) {
+                consumed.remove(tp);
+            }
+        }
+
+        @Override
+        public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+            generation = consumer.groupMetadata().generationId();
+            rebalances++;
+            event("assign", partitions(parts), null, null, null);
+        }
+
+        @Override
+        public void onPartitionsLost(Collection<TopicPartition> parts) {
+            event("lost", partitions(parts), null, null, null);
+            for (TopicPartition tp : parts) {
+                consumed.remove(tp);
+            }
+        }
+    }
+
+    /** Consumes until told to stop; returns the exit code. */
+    int run() throws IOException {
+        Path out = Path.of(spec.str("out"));
+        String prefix = "consumer-" + index + "-" + incarnation;
+        reads = new Tsv(out.resolve(prefix + ".reads.tsv"), 1 << 18);
+        events = new Tsv(out.resolve(prefix + ".events.tsv"), 4096);
+        progress = new Progress(out.resolve(prefix + ".progress.json"));
+        current = this;
+        lc.onTick(() -> {
+            try {
+                reads.flush();
+                events.flush();
+            } catch (IOException e) {
+                Log.warn("could not write a stream: " + e);
+            }
+        });
+        long processingMs = (long) spec.dbl("processing_ms", 0);
+        String topic = spec.str("topic");
+
+        consumer = new KafkaConsumer<>(properties(spec));
+        event("start", new int[0], null, null, null);
+        if (assignMode) {
+            List<TopicPartition> parts = new ArrayList<>();
+            for (Object p : spec.list("partitions")) {
+                parts.add(new TopicPartition(topic, ((Number) p).intValue()));
+            }
+            consumer.assign(parts);
+            event("assign", partitions(parts), null, null, null);
+        } else {
+            consumer.subscribe(List.of(topic), new Listener());
+        }
+        writeProgress(false);
+
+        long pollId = 0;
+        long lastProgress = 0;
+        while (!lc.stopping()) {
+            ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(200));
+            long now = System.nanoTime();
+            polls++;
+            if (!assignMode) {
+                generation = consumer.groupMetadata().generationId();
+            }
+            if (!batch.isEmpty()) {
+                pollId++;
+                if ("before".equals(strategy)) {
+                    track(batch);
+                    commit("sync", null);
+                    sleepProcessing(processingMs);
+                    record(batch, now, pollId);
+                } else {
+                    record(batch, now, pollId);
+                    track(batch);
+                    sleepProcessing(processingMs);
+                    if (!"auto".equals(strategy)) {
+                        commit(strategy, null);
+                    }
+                }
+            }
+            if (System.nanoTime() - lastProgress > 500_000_000L) {
+                updatePositions();
+                writeProgress(false);
+                lastProgress = System.nanoTime();
+            }
+        }
+        Log.info("stopping (" + lc.reason() + "): read " + read + " records in " + pollId + " polls");
+        lc.blocking(true);
+        try {
+            Duration timeout = Duration.ofMillis((long) (lc.closeTimeoutS(CLOSE_TIMEOUT_S) * 1000));
+            if (!"auto".equals(strategy)) {
+                commit("async".equals(strategy) ? "async" : "sync", timeout);
+            }
+            consumer.close(timeout);  // auto: commits here; async: waits for pending commits
+        } catch (KafkaException e) {
+            event("commit", new int[0], null, false, "on close: " + e.getClass().getSimpleName() + ": " + e.getMessage());
+        } finally {
+            lc.blocking(false);
+        }
+        event("exit", new int[0], null, null, null);
+        reads.close();
+        events.close();
+        writeProgress(true);
+        lc.finished();
+        return 0;
+    }
+}

@@ -1,0 +1,159 @@
+package io.kafkaproof.driver;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.TreeSet;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.config.ConfigException;
+
+/**
+ * kafkaproof's Java workload driver.
+ *
+ * <pre>
+ * producer SPEC.json                  run a recording producer (see ProducerWorker)
+ * consumer SPEC.json                  run a recording consumer (see ConsumerWorker)
+ * config-names producer|consumer      the client's config names, one per line
+ * classify EXCEPTION_CLASS [MESSAGE] [--in-send] [--retries N]
+ *                                     the outcome (ok|fail|indefinite) the driver gives that exception
+ * </pre>
+ * Exit codes: 0 normal end, 1 the worker failed (stderr says why), 2 bad usage, spec or config,
+ * 3 halted by the watchdog.
+ */
+public final class Main {
+    private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer SPEC.json\n"
+            + "       ... config-names producer|consumer\n"
+            + "       ... classify EXCEPTION_CLASS [MESSAGE] [--in-send] [--retries N]";
+    private static final String[] PACKAGES = {"org.apache.kafka.common.errors.", "org.apache.kafka.common.",
+        "org.apache.kafka.clients.producer.", "org.apache.kafka.clients.consumer.", "java.lang."};
+
+    private Main() {
+    }
+
+    public static void main(String[] args) {
+        System.exit(run(args));
+    }
+
+    static int run(String[] args) {
+        if (args.length < 1) {
+            System.err.println(USAGE);
+            return 2;
+        }
+        try {
+            switch (args[0]) {
+                case "producer":
+                case "consumer":
+                    if (args.length != 2) {
+                        System.err.println(USAGE);
+                        return 2;
+                    }
+                    return worker(args[0], Path.of(args[1]));
+                case "config-names":
+                    return configNames(args);
+                case "classify":
+                    return classify(args);
+                default:
+                    System.err.println("unknown sub-command '" + args[0] + "'\n" + USAGE);
+                    return 2;
+            }
+        } catch (Spec.SpecException e) {
+            System.err.println("kafkaproof-driver: " + e.getMessage());
+            return 2;
+        }
+    }
+
+    private static int worker(String role, Path specPath) {
+        Spec spec;
+        try {
+            spec = Spec.read(specPath);
+        } catch (java.io.IOException e) {
+            System.err.println("kafkaproof-driver: cannot read spec " + specPath + ": " + e);
+            return 2;
+        }
+        String name = role + "-" + spec.lng("index", 0)
+                + ("consumer".equals(role) ? "-" + spec.lng("incarnation", 0) : "");
+        Log.setName(name);
+        Log.info("kafka-clients " + org.apache.kafka.common.utils.AppInfoParser.getVersion() + ", pid "
+                + ProcessHandle.current().pid() + ", spec " + specPath);
+        Lifecycle lc = new Lifecycle(spec.lng("parent_pid", 0), spec.dbl("close_timeout_s", 10)).start();
+        try {
+            return "producer".equals(role) ? new ProducerWorker(spec, lc).run() : new ConsumerWorker(spec, lc).run();
+        } catch (ConfigException e) {
+            Log.error("invalid " + role + " config: " + e.getMessage());
+            return 2;
+        } catch (Spec.SpecException e) {
+            Log.error(e.getMessage());
+            return 2;
+        } catch (java.io.IOException | RuntimeException e) {
+            Log.error(role + " failed: " + e);
+            e.printStackTrace(System.err);
+            return 1;
+        }
+    }
+
+    private static int configNames(String[] args) {
+        if (args.length != 2 || !(args[1].equals("producer") || args[1].equals("consumer"))) {
+            System.err.println(USAGE);
+            return 2;
+        }
+        for (String n : new TreeSet<>(args[1].equals("producer") ? ProducerConfig.configNames()
+                : ConsumerConfig.configNames())) {
+            System.out.println(n);
+        }
+        return 0;
+    }
+
+    private static int classify(String[] args) {
+        String cls = null;
+        String message = null;
+        boolean inSend = false;
+        long retries = Integer.MAX_VALUE;
+        for (int k = 1; k < args.length; k++) {
+            if (args[k].equals("--in-send")) {
+                inSend = true;
+            } else if (args[k].equals("--retries") && k + 1 < args.length) {
+                retries = Long.parseLong(args[++k]);
+            } else if (cls == null) {
+                cls = args[k];
+            } else if (message == null) {
+                message = args[k];
+            } else {
+                System.err.println(USAGE);
+                return 2;
+            }
+        }
+        if (cls == null) {
+            System.err.println(USAGE);
+            return 2;
+        }
+        Classifier c = new Classifier(retries);
+        System.out.println(inSend ? Classifier.FAIL : c.classify(names(cls), message));
+        return 0;
+    }
+
+    /** Simple names along the hierarchy of exception class {@code name} (a simple or full name). */
+    static List<String> names(String name) {
+        List<String> candidates = new ArrayList<>();
+        candidates.add(name);
+        if (!name.contains(".")) {
+            for (String p : PACKAGES) {
+                candidates.add(p + name);
+            }
+        }
+        for (String c : candidates) {
+            try {
+                Class<?> k = Class.forName(c, false, Main.class.getClassLoader());
+                if (Throwable.class.isAssignableFrom(k)) {
+                    return Classifier.hierarchy(k);
+                }
+            } catch (ClassNotFoundException | LinkageError e) {
+                // try the next package
+            }
+        }
+        List<String> only = new ArrayList<>();
+        only.add(name.substring(name.lastIndexOf('.') + 1));  // unknown class: judged by its name alone
+        return only;
+    }
+}

@@ -12,13 +12,14 @@ export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
 KAFKA_VERSIONS ?= 4.3.1 3.9.2
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-packages python kafka java test test-unit test-spark test-cluster run clean down
+.PHONY: help setup system-packages python kafka java docker test test-unit test-spark test-cluster test-compose run clean down
 
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
 	@echo "make test   set up, then run every test (unit, spark, cluster, airflow)"
 	@echo "make setup  only set up (.venv, Debian packages, Kafka from Maven Central)"
 	@echo "make down   tear down every local cluster and heal leftover faults"
+	@echo "make test-compose   set up Docker (engine, image, Compose CLI), then run the compose tests"
 
 setup: system-packages python kafka java
 
@@ -42,6 +43,13 @@ kafka: python
 java: kafka
 	@$(PY) -c "from kafkaproof.run import java_driver; print('[setup] java driver:', java_driver.build())"
 
+# Docker engine (own daemon, off the host firewall), the Kafka image and the Compose CLI: only for
+# the compose backend and its tests (a few minutes the first time).
+docker: setup
+	@export DOCKER_HOST="$$(bash scripts/docker-engine.sh)" && \
+	  for v in $(KAFKA_VERSIONS); do bash scripts/docker-image.sh $$v >/dev/null; done && \
+	  bash scripts/docker-compose-cli.sh
+
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -53,6 +61,9 @@ test-spark: python
 
 test-cluster: setup
 	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
+
+test-compose: docker
+	$(PY) -m pytest -m compose $(PYTEST_ARGS)
 
 run: setup
 	@bash scripts/run-nightly.sh

@@ -16,14 +16,21 @@ def pytest_configure(config):
     os.environ.setdefault("KAFKAPROOF_STATE", str(REPO / ".state"))
 
 
+# Markers whose tests run only when asked for with `-m`: too long (catalog) or needing a Docker
+# engine and image builds (compose) for the default `make test` budget.
+ON_REQUEST = {"catalog": "long: run it with `pytest -m catalog` (see README, Tests)",
+              "compose": "Docker engine and image builds: run it with `make test-compose` (see README, Tests)"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Long tests (whole catalog runs) run only when their marker is asked for: `pytest -m catalog`."""
-    if "catalog" in (config.option.markexpr or ""):
-        return
-    skip = pytest.mark.skip(reason="long: run it with `pytest -m catalog` (see README, Tests)")
-    for item in items:
-        if "catalog" in item.keywords:
-            item.add_marker(skip)
+    """Tests marked `catalog` or `compose` run only when their marker is asked for (`pytest -m compose`)."""
+    asked = config.option.markexpr or ""
+    for marker, reason in ON_REQUEST.items():
+        if marker in asked:
+            continue
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,7 @@ def cmd_cluster_up(args) -> int:
         return 0
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
-                        network=args.network, heap=args.heap, proxy=args.proxy)
+                        network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy)
     cluster = LocalCluster.up(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
@@ -282,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--config", action="append", metavar="KEY=VALUE", help="broker config, repeatable")
     up.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto")
     up.add_argument("--heap", default="512m", help="JVM heap per node (default 512m)")
+    up.add_argument("--jit", choices=["quick", "full"], default="quick",
+                    help="quick: C1 JIT only, nodes start in about half the time (default); "
+                         "full: the JVM's default tiered compilation, for long or heavy runs")
     up.add_argument("--proxy", action="store_true",
                     help="a Kafka-aware fault proxy in front of each broker on the client path "
                          "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole)")

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
-from ..spec.cluster import MAX_SLOTS, ClusterConfig, NodeLink, plan_link, new_cluster_id, node_properties, plan_nodes, render_properties
+from ..spec.cluster import JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, plan_link, new_cluster_id, node_properties, plan_nodes, render_properties
 from ..spec.faults import FAULT_KINDS, NETWORK_KINDS
 from . import network, process, procs, state
 from .base import StatefulCluster
@@ -97,6 +97,7 @@ class LocalCluster(StatefulCluster):
             st = {"name": config.name, "slot": slot, "cluster_id": new_cluster_id(),
                   "network": "netns" if use_netns else "loopback", "kafka_version": dist.version,
                   "kafka_libs": str(dist.libs), "kafka_source": dist.source, "heap": config.heap,
+                  "jit": config.jit,
                   "proxy": config.proxy,
                   "config": {"brokers": config.brokers, "controllers": config.controllers,
                              "broker_config": dict(config.broker_config),
@@ -136,7 +137,8 @@ class LocalCluster(StatefulCluster):
 
     def _format(self, ndir: Path, cluster_id: str) -> None:
         cmd = self.dist.java_command("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                     "-c", str(ndir / "server.properties"), "--ignore-formatted", heap="128m")
+                                     "-c", str(ndir / "server.properties"), "--ignore-formatted", heap="128m",
+                                     jvm_opts=JIT_MODES["quick"])
         # The pool threads outlive the format; a crash of this process kills it at once.
         proc = subprocess.run(process.die_with_parent(cmd), capture_output=True, text=True)
         if proc.returncode != 0:
@@ -197,7 +199,8 @@ class LocalCluster(StatefulCluster):
         ndir = self.node_dir(node_id)
         ns = node["link"]["namespace"] if node.get("link") else None
         cmd = network.netns_prefix(ns) + self.dist.java_command(
-            "kafka.Kafka", str(ndir / "server.properties"), heap=self.state().get("heap", "512m"))
+            "kafka.Kafka", str(ndir / "server.properties"), heap=self.state().get("heap", "512m"),
+            jvm_opts=JIT_MODES[self.state().get("jit", "full")])
         logf = open(ndir / "server.log", "ab")
         logf.write(f"\n==== kafkaproof: starting node {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
         logf.flush()

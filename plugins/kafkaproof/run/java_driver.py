@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -247,7 +248,8 @@ def _logging_flags() -> list[str]:
         path = d / name
         if not path.exists() or path.read_text() != text:
             d.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
+            # A name of its own per writer: runs and tests start drivers from several threads and processes.
+            tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(text)
             os.replace(tmp, path)
     return [f"-Dlog4j2.configurationFile={d / 'log4j2-stderr.properties'}",

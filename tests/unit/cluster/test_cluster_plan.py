@@ -55,6 +55,7 @@ def test_combined_and_dedicated_controller_properties(tmp_path: Path):
     ({"controllers": 9}, "controllers must be 0"),
     ({"name": "Bad Name"}, "cluster name 'Bad Name' is invalid"),
     ({"node_config": {7: {"x": 1}}}, "node_config names node 7"),
+    ({"jit": "c2"}, "jit must be one of quick, full, got 'c2'"),
 ])
 def test_cluster_config_errors(kwargs, message):
     with pytest.raises(ClusterError, match=message):

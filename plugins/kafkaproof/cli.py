@@ -263,6 +263,7 @@ def cmd_history(args) -> int:
 # --- parser ------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    from .spec.cluster import JIT_MODES
     from .spec.versions import DEFAULT_KAFKA_VERSION
     p = argparse.ArgumentParser(prog="kafkaproof", description="Reliability tests for Apache Kafka.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -282,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--config", action="append", metavar="KEY=VALUE", help="broker config, repeatable")
     up.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto")
     up.add_argument("--heap", default="512m", help="JVM heap per node (default 512m)")
-    up.add_argument("--jit", choices=["quick", "full"], default="quick",
+    up.add_argument("--jit", choices=list(JIT_MODES), default="quick",
                     help="quick: C1 JIT only, nodes start in about half the time (default); "
                          "full: the JVM's default tiered compilation, for long or heavy runs")
     up.add_argument("--proxy", action="store_true",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -26,3 +27,18 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]  # plugins/kafkaproof/paths.py
 def repo_root() -> Path | None:
     """The source checkout this package runs from, if any (for `scenarios/`, `spark/`, `expectations/`)."""
     return SOURCE_ROOT if (SOURCE_ROOT / "scenarios").is_dir() else None
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Replace `path` with `text` at once: readers see the old file or the new one, never a part.
+
+    The temporary file has a name of its own, so writers in several threads or processes
+    (drivers started at once, a run and its fault tasks) never move each other's file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
+                                     suffix=".tmp", delete=False) as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+    return path

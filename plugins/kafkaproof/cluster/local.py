@@ -198,9 +198,11 @@ class LocalCluster(StatefulCluster):
             return
         ndir = self.node_dir(node_id)
         ns = node["link"]["namespace"] if node.get("link") else None
+        st = self.state()
+        # A cluster started before the jit setting existed ran its nodes with the JVM's default.
         cmd = network.netns_prefix(ns) + self.dist.java_command(
-            "kafka.Kafka", str(ndir / "server.properties"), heap=self.state().get("heap", "512m"),
-            jvm_opts=JIT_MODES[self.state().get("jit", "full")])
+            "kafka.Kafka", str(ndir / "server.properties"), heap=st.get("heap", "512m"),
+            jvm_opts=JIT_MODES[st.get("jit", "full")])
         logf = open(ndir / "server.log", "ab")
         logf.write(f"\n==== kafkaproof: starting node {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
         logf.flush()

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from . import process
 from ..errors import FaultError
-from ..paths import state_dir
+from ..paths import state_dir, write_text_atomic
 from .process import ProcessRef
 
 log = logging.getLogger(__name__)
@@ -55,9 +55,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _save(path: Path, entry: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entry, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(entry, indent=2, sort_keys=True))
 
 
 def register(owner: str, role: str, ref: ProcessRef, cluster: str | None = None,

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ..paths import write_text_atomic
 from ..spec.ledger import split_value_id
 
 VERDICT_COLORS = {"pass": "#2ca02c", "fail": "#d62728", "error": "#7f7f7f"}
@@ -241,8 +242,4 @@ def none_note(text: str) -> Markup:
 
 def write_html(path: Path, text: str) -> Path:
     """Atomically write a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, text)

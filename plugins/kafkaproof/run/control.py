@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FaultError
-from ..paths import state_dir
+from ..paths import state_dir, write_text_atomic
 
 POLL_S = 0.02
 
@@ -32,10 +32,7 @@ def control_dir(name: str) -> Path:
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(doc, sort_keys=True))
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -23,7 +23,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -33,7 +32,7 @@ import pyarrow.csv as pacsv
 
 from ..cluster import install
 from ..errors import InstallError, KafkaproofError
-from ..paths import cache_dir, repo_root
+from ..paths import cache_dir, repo_root, write_text_atomic
 from ..spec import ledger
 from ..spec.versions import DEFAULT_KAFKA_VERSION, check_version
 
@@ -247,11 +246,7 @@ def _logging_flags() -> list[str]:
     for name, text in files.items():
         path = d / name
         if not path.exists() or path.read_text() != text:
-            d.mkdir(parents=True, exist_ok=True)
-            # A name of its own per writer: runs and tests start drivers from several threads and processes.
-            tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            write_text_atomic(path, text)
     return [f"-Dlog4j2.configurationFile={d / 'log4j2-stderr.properties'}",
             f"-Dlog4j.configuration=file:{d / 'log4j-stderr.properties'}",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.logFile=System.err",
@@ -295,10 +290,7 @@ def _config_names(role: str, client_version: str) -> frozenset[str]:
             raise JavaDriverError(f"listing kafka-clients {client_version} {r} config names failed: "
                                   f"{proc.stderr.strip()[-500:]}")
         names[r] = sorted(line.strip() for line in proc.stdout.splitlines() if line.strip())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(names, indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(names, indent=1))
     return frozenset(names[role])
 
 

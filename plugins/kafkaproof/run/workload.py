@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..paths import write_text_atomic
 from ..spec.ledger import CONSUMER_EVENTS, READS, decode_value_id, encode_payload, make_value_id
 
 SEND_STREAM = pa.schema([("value_id", pa.int64()), ("producer", pa.int32()), ("producer_pid", pa.int32()),
@@ -115,9 +116,7 @@ def read_stream(path: Path, schema: pa.Schema) -> pa.Table:
 
 
 def write_progress(path: Path, counters: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(counters))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(counters))
 
 
 @dataclass

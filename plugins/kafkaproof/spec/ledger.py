@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import LedgerError
+from ..paths import write_text_atomic
 
 VALUE_ID_PRODUCER_SHIFT = 32
 PAYLOAD_PREFIX = "kp"
@@ -207,11 +208,7 @@ def read_table(run_dir: Path, name: str) -> pa.Table:
 
 def write_manifest(run_dir: Path, manifest: Mapping[str, Any]) -> None:
     """Atomically write `manifest.json`."""
-    path = Path(run_dir) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    write_text_atomic(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:

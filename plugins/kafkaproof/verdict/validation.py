@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LedgerError
+from ..paths import write_text_atomic
 from ..spec.manifest import Manifest
 from .policy import (
     INDEX_COLUMNS,
@@ -282,11 +283,8 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
 
 
 def _save(result: ValidationResult) -> ValidationResult:
-    path = result.run_dir / VALIDATION_DIR / RESULT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomic(result.run_dir / VALIDATION_DIR / RESULT_FILE,
+                      json.dumps(result.to_dict(), indent=2, sort_keys=True))
     return result
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from .. import logs
 from ..errors import ClusterError, FaultError
@@ -33,6 +33,7 @@ class KafkaViews:
     """Mixin of a cluster backend: what Kafka itself says (needs `state()` and `node_state()`)."""
 
     _admin: Any = None
+    _admin_bootstrap: str = ""
 
     # --- cluster-wide views ---------------------------------------------------
     def bootstrap_servers(self) -> str:
@@ -40,21 +41,35 @@ class KafkaViews:
         return ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in self.state()["nodes"]
                         if "broker" in n["roles"])
 
-    def direct_bootstrap(self) -> str:
+    def direct_bootstrap(self, avoid: Collection[int] = ()) -> str:
         """Bootstrap that never crosses a fault proxy: the INTERNAL listeners with --proxy, else the clients'.
 
         A client bootstrapped here gets INTERNAL addresses in metadata, so all its
         connections stay direct. kafkaproof's admin client and the audit drain use it.
+        Nodes in `avoid` are left out unless that would leave none.
         """
         st = self.state()
+        brokers = [n for n in st["nodes"] if "broker" in n["roles"]]
+        brokers = [n for n in brokers if n["id"] not in avoid] or brokers
         if not st.get("proxy"):
-            return self.bootstrap_servers()
-        return ",".join(f"{n['host']}:{n['internal_port']}" for n in st["nodes"] if "broker" in n["roles"])
+            return ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in brokers)
+        return ",".join(f"{n['host']}:{n['internal_port']}" for n in brokers)
+
+    def isolated_nodes(self) -> set[int]:
+        """Nodes an active `isolate` fault cuts off from everything, kafkaproof's own clients included."""
+        return {n for f in self.state().get("faults", []) if f.get("kind") == "isolate" for n in f.get("nodes", [])}
 
     def admin(self):
+        """kafkaproof's admin client, bootstrapped only to brokers it can reach right now.
+
+        A fault that resolves `leader:0` while the followers are isolated must not wait for a
+        metadata request sent to an isolated node to time out: the fault would land seconds late.
+        """
         from confluent_kafka.admin import AdminClient
-        if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.direct_bootstrap(),
+        bootstrap = self.direct_bootstrap(avoid=self.isolated_nodes())
+        if self._admin is None or self._admin_bootstrap != bootstrap:
+            self._admin_bootstrap = bootstrap
+            self._admin = AdminClient({"bootstrap.servers": bootstrap,
                                        "socket.connection.setup.timeout.ms": 3000,
                                        "reconnect.backoff.max.ms": 1000,
                                        # Connection refusals while nodes start or are faulted are expected.
@@ -179,17 +194,20 @@ class KafkaViews:
             time.sleep(0.5)
         raise ClusterError(f"{topic}: replicas not all in sync after {timeout_s:.0f}s: {parts}")
 
-    def random_follower(self, topic: str, partition: int, rng: random.Random | None = None) -> int:
-        parts = self.partitions(topic)
-        p = parts.get(partition)
+    def followers(self, topic: str, partition: int) -> list[int]:
+        """Every replica of the partition but its leader; raises FaultError when there is none."""
+        p = self.partitions(topic).get(partition)
         if p is None:
             raise FaultError(f"topic {topic!r} has no partition {partition}")
         followers = [r for r in p["replicas"] if r != p["leader"]]
-        live = [r for r in followers if self.node_state(r) == "running"]
-        followers = live or followers  # a second fault on "a follower" should hit another one
         if not followers:
             raise FaultError(f"{topic}-{partition} has no follower (replicas {p['replicas']})")
-        return (rng or random).choice(followers)
+        return followers
+
+    def random_follower(self, topic: str, partition: int, rng: random.Random | None = None) -> int:
+        followers = self.followers(topic, partition)
+        live = [r for r in followers if self.node_state(r) == "running"]
+        return (rng or random).choice(live or followers)  # a second fault on "a follower" should hit another one
 
     def topics_status(self) -> tuple[dict[str, dict], str | None]:
         """Per topic and partition: leader, replicas, ISR — and why not, if metadata cannot be read."""

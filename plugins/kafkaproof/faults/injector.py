@@ -101,6 +101,8 @@ class FaultInjector:
             ids = [int(x) for x in target[6:].split(",")]
         elif target.startswith("leader:"):
             ids = [c.leader_of(*self._topic_partition(target[7:]))]
+        elif target.startswith("followers:"):
+            ids = c.followers(*self._topic_partition(target[10:]))
         elif target.startswith("follower:"):
             ids = [c.random_follower(*self._topic_partition(target[9:]), rng=self.rng)]
         elif target == "controller":

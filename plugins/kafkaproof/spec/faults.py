@@ -55,10 +55,11 @@ FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
 TARGETLESS = ("partition",)
 
 TARGET_FORMS = ("node:<id>", "broker:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
-                "follower:<partition>", "follower:<topic>:<partition>", "controller", "random", "brokers", "all")
+                "follower:<partition>", "follower:<topic>:<partition>", "followers:<partition>",
+                "followers:<topic>:<partition>", "controller", "random", "brokers", "all")
 
 PARTITION_SHAPES = ("majority-minority", "leader-minority:<partition>", "bridge", "controller-minority")
-_TARGET_RE = re.compile(r"^(node:\d+|broker:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|follower:([\w.-]+:)?\d+|"
+_TARGET_RE = re.compile(r"^(node:\d+|broker:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|followers?:([\w.-]+:)?\d+|"
                         r"controller|random|brokers|all)$")
 
 

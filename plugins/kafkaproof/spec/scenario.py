@@ -409,7 +409,7 @@ def _check_semantics(data: dict, source: str) -> None:
             FaultSpec(f["kind"], target, f.get("params", {})).validate(where)
         except FaultError as e:
             raise ScenarioError(f"{source}: {e}") from None
-        for prefix in ("leader:", "follower:"):
+        for prefix in ("leader:", "follower:", "followers:"):
             rest = target[len(prefix):] if target.startswith(prefix) else None
             if rest is not None and ":" not in rest and int(rest) >= topic["partitions"]:
                 fail(f"{where}.target", f"partition {rest} does not exist; the topic has partitions "

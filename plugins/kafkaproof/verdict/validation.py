@@ -234,7 +234,7 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     under several guarantees); `data_docs=False` skips building Data Docs. Raises ScenarioError for an invalid guarantee or
     expect, PolicyError for a bad policy file, LedgerError when there is no manifest.
     """
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # GX data docs need an absolute base directory
     policy = policy or load_policy()
     manifest = Manifest.read(run_dir)
     scenario = manifest.scenario

@@ -189,3 +189,29 @@ def test_token_bucket_stats():
     import json
     doc = [{"kind": "tbf", "overlimits": 40, "drops": 2}, {"kind": "noqueue", "overlimits": 99, "drops": 9}]
     assert network.qdisc_stats_from_json(json.dumps(doc)) == {"overlimits": 40, "dropped": 2}
+
+
+def test_leader_and_follower_targets_resolve_from_the_partition_metadata():
+    from kafkaproof.cluster.views import KafkaViews
+    from kafkaproof.faults.injector import FaultInjector
+
+    class Cluster(KafkaViews):
+        name = "c"
+
+        def partitions(self, topic):
+            return {0: {"leader": 2, "replicas": [1, 2, 3], "isr": [1, 2, 3]}, 1: {"leader": 1, "replicas": [1]}}
+
+        def node_state(self, node_id):
+            return "dead" if node_id == 1 else "running"
+
+        def node_ids(self):
+            return [1, 2, 3]
+
+    injector = object.__new__(FaultInjector)
+    injector.cluster, injector.topic, injector.rng = Cluster(), "orders", random.Random(0)
+    assert injector.resolve("leader:0") == [2]
+    assert injector.resolve("followers:0") == [1, 3] == injector.resolve("followers:orders:0")
+    assert injector.resolve("follower:0") == [3]  # a live follower first
+    with pytest.raises(FaultError, match="orders-1 has no follower"):
+        injector.resolve("followers:1")
+    FaultSpec("isolate", "followers:0").validate()

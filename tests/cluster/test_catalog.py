@@ -21,7 +21,8 @@ from kafkaproof.verdict.validation import format_result, validate
 
 from support import needs_root
 
-pytestmark = [pytest.mark.catalog, pytest.mark.cluster, needs_root]
+# ~30 scenarios of ~40 s each and one analysis: far beyond the default per-test timeout
+pytestmark = [pytest.mark.catalog, pytest.mark.cluster, needs_root, pytest.mark.timeout(5400)]
 
 
 def selected():
@@ -39,6 +40,7 @@ def test_every_scenario_gets_the_verdict_it_claims(tmp_path):
         started = time.monotonic()
         result = ScenarioRun(scn, RunOptions(out=tmp_path)).execute()
         rows.append({"scenario": scn.name, "run_s": round(time.monotonic() - started, 1), "run": result})
+        print(f"[catalog] {len(rows)}: {scn.name} {result.status} in {rows[-1]['run_s']} s", flush=True)
         if result.status == "complete":
             complete.append(result.run_dir)
         else:

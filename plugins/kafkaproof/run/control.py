@@ -65,6 +65,10 @@ class RunControl:
         """A fault task's request to `inject` or `heal` timeline entry `index`, if it came."""
         return _read(self.dir / "requests" / f"{index}-{action}.json")
 
+    def remove(self) -> None:
+        """Forget the run's marks (the cluster's teardown)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def acknowledge(self, index: int, action: str, result: dict[str, Any]) -> None:
         _write(self.dir / "acks" / f"{index}-{action}.json", result)
 
@@ -82,7 +86,7 @@ class RunControl:
                 return start
             if self.ended():
                 raise FaultError(f"the run of {self.name} ended before its workload started")
-            time.sleep(0.1)
+            time.sleep(POLL_S)
         raise FaultError(f"the run of {self.name} did not start its workload within {timeout_s:.0f}s")
 
     def ended(self) -> dict[str, Any] | None:
@@ -104,3 +108,48 @@ class RunControl:
             time.sleep(POLL_S)
         raise FaultError(f"the run of {self.name} did not answer the {action} of faults[{index}] "
                          f"within {timeout_s:.0f}s")
+
+
+def _sleep_until(control: RunControl, mono_s: float) -> None:
+    """Sleep until a monotonic time (CLOCK_MONOTONIC is one clock for every process of the host)."""
+    while True:
+        left = mono_s - time.monotonic()
+        if left <= 0:
+            return
+        if control.ended() is not None:
+            raise FaultError(f"the run of {control.name} ended before this fault's time")
+        time.sleep(min(left, 0.5) if left > 0.05 else left)
+
+
+def drive_fault(name: str, index: int, start_timeout_s: float = 1800.0, log=print) -> dict[str, Any]:
+    """A fault task: the timeline entry `faults[index]` of the run `name`, timed from its start mark.
+
+    Waits for the start, sleeps until the entry's `at`, asks the run to inject it (the run awaits
+    its trigger, if any), waits out its `duration` and asks for the heal. Returns what happened,
+    with the injection's lateness against the schedule; FaultError when the run could not inject
+    it or ended first.
+    """
+    control = RunControl(name)
+    start = control.wait_started(start_timeout_s)
+    entry = next((f for f in start["faults"] if f["index"] == index), None)
+    if entry is None:
+        raise FaultError(f"the run of {name} has no faults[{index}]; its timeline: {start['faults']}")
+    t0 = start["t0_mono_ns"] / 1e9
+    log(f"faults[{index}] {entry['describe']}: run {start['run_id']}, waiting for t={entry['at']:g}s")
+    _sleep_until(control, t0 + entry["at"])
+    asked = time.monotonic() - t0
+    ack = control.request(index, "inject", timeout_s=entry["trigger_timeout_s"] + 120.0)
+    if ack.get("error"):
+        raise FaultError(f"faults[{index}] {entry['describe']}: {ack['error']}")
+    late_ms = round((ack["at_s"] - entry["at"]) * 1000, 1)
+    log(f"faults[{index}] injected at t={ack['at_s']:.3f}s (asked at t={asked:.3f}s, {late_ms:+.1f} ms against "
+        f"the schedule): {ack['fault_id']} on nodes {ack['nodes'] or '-'}")
+    result = {"index": index, "fault": entry["describe"], "fault_id": ack["fault_id"], "nodes": ack["nodes"],
+              "scheduled_at_s": entry["at"], "injected_at_s": ack["at_s"], "late_ms": late_ms,
+              "triggered": entry["trigger_timeout_s"] > 0}
+    if entry["duration"] is not None:
+        _sleep_until(control, t0 + ack["at_s"] + entry["duration"])
+        healed = control.request(index, "heal", timeout_s=120.0)
+        log(f"faults[{index}] healed at t={healed['at_s']:.3f}s")
+        result["healed_at_s"] = healed["at_s"]
+    return result

@@ -37,6 +37,7 @@ from .assemble import (assemble_consumer_tables, assemble_sends, collect_proxy_e
                        proxy_event_rows)
 from .drain import audit_summary, drain, high_watermarks
 from .sampler import SnapshotSampler
+from .control import RunControl
 from .timeline import Timeline
 from .workers import WorkerEvents, Workers
 
@@ -57,6 +58,7 @@ class RunOptions:
     cluster_name: str | None = None
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
     progress_interval_s: float = 2.0
+    control: str | None = None  # fault tasks of another process time the faults (run/control.py)
 
 
 @dataclass
@@ -176,6 +178,8 @@ class ScenarioRun:
                                  audit=audit_summary(self.audit_marks),
                                  fault_errors=self.fault_errors)
             ledger.write_manifest(self.run_dir, self.manifest)
+            if self.options.control:  # fault tasks still waiting give up at once
+                RunControl(self.options.control).finish(status)
         log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
                  f" ({error})" if error else "", self.run_dir)
         return RunResult(self.run_id, self.run_dir, status, error)
@@ -292,7 +296,8 @@ class ScenarioRun:
             for i in range(cons["count"]):
                 workers.start_consumer(i, consumer_spec)
             t0 = time.monotonic()
-            timeline = Timeline(self, injector, workers, t0, events)
+            control = self._announce_start(t0)
+            timeline = Timeline(self, injector, workers, t0, events, control)
             stack.callback(timeline.stop)
             timeline.start()
             producers_started = False
@@ -325,6 +330,16 @@ class ScenarioRun:
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
         sampler.stop()
+
+    def _announce_start(self, t0: float) -> RunControl | None:
+        """With fault tasks (`options.control`): the start mark they time their faults from."""
+        if not self.options.control:
+            return None
+        control = RunControl(self.options.control)
+        faults = [{"index": e.index, "at": e.at, "duration": e.duration, "describe": e.describe(),
+                   "trigger_timeout_s": e.trigger_timeout_s if e.after else 0.0} for e in self.scenario.timeline()]
+        control.announce_start(self.run_id, self.run_dir, int(t0 * 1e9), time.time(), faults)
+        return control
 
     def _check_producers(self, workers: Workers) -> None:
         """A producer that crashed did not send what the scenario says: the run cannot pass."""

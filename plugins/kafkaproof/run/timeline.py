@@ -13,12 +13,17 @@ from ..cluster.heal import append_fault_log, now
 from ..errors import KafkaproofError
 from ..faults import FaultInjector
 from ..spec.scenario import TimelineFault
+from .control import POLL_S, RunControl
 from .workers import WorkerEvents, Workers
 
 if TYPE_CHECKING:
     from .scenario_run import ScenarioRun
 
 log = logging.getLogger(__name__)
+
+# How long past its `at` (or its duration) a run waits for a fault task's request before it
+# calls the fault not injected (or heals it itself): Airflow starts tasks within seconds.
+REQUEST_GRACE_S = 60.0
 
 
 class Timeline:
@@ -29,11 +34,17 @@ class Timeline:
     seconds after the injection (without a duration: when the workload is over). One fault
     taking seconds to inject or heal (a node slow to stop or to listen again) never delays
     another. A trigger that never happens is an error of the run, not a silent skip.
+
+    With a `control` (the nightly DAG's fault tasks, see run/control.py) the fault tasks time the
+    faults: an entry is injected when its task asks (its trigger still awaited here, where the
+    workers are) and healed when the task asks again; a request that never comes is an error of
+    the run, and what is still injected is healed when the workload ends, as always.
     """
 
     def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float,
-                 events: WorkerEvents | None = None):
+                 events: WorkerEvents | None = None, control: RunControl | None = None):
         self.run, self.injector, self.workers, self.t0, self.events = run, injector, workers, t0, events
+        self.control = control
         self.entries = run.scenario.timeline()
         self.fault_ids: dict[int, str] = {}  # entry position -> fault id, once injected
         self.active: dict[str, str] = {}
@@ -69,20 +80,52 @@ class Timeline:
         return not self._stop.wait(max(0.0, self.t0 + t - time.monotonic()))
 
     def _lifecycle(self, pos: int, entry: TimelineFault) -> None:
-        if not self._sleep_until(entry.at):
+        if not self._await_time(entry, "inject", entry.at):
             return
         annotations: dict[str, Any] = {"scenario_index": entry.index}
         if entry.after:
             trigger = self._await_trigger(entry)
             if trigger is None:
+                self._acknowledge(entry, "inject", error="not injected: its trigger did not happen")
                 return
             annotations.update(trigger)
-        if not self._inject(pos, entry, annotations):
+        injected = self._inject(pos, entry, annotations)
+        self._acknowledge(entry, "inject", **(injected or {"error": "not injected: see the run's log"}))
+        if injected is None:
             return
         if entry.duration is not None or entry.on_consumer:
             # A consumer fault without a duration restarts the consumer at once.
-            self._stop.wait(entry.duration or 0.0)
+            healed_at = injected["at_s"] + (entry.duration or 0.0)
+            if self.control is None or entry.duration is None:
+                self._stop.wait(max(0.0, self.t0 + healed_at - time.monotonic()))
+            elif not self._await_time(entry, "heal", healed_at):
+                if self._stop.is_set():
+                    return
             self._heal_position(pos)
+            self._acknowledge(entry, "heal", at_s=round(time.monotonic() - self.t0, 3))
+
+    def _await_time(self, entry: TimelineFault, action: str, at_s: float) -> bool:
+        """Until `at_s` (own clock), or until the entry's fault task asks for `action`; False when
+        stopped first or when the task never asked (an error of the run)."""
+        if self.control is None:
+            return self._sleep_until(at_s)
+        give_up = self.t0 + at_s + REQUEST_GRACE_S
+        while not self._stop.is_set():
+            if self.control.requested(entry.index, action) is not None:
+                return True
+            if time.monotonic() > give_up:
+                msg = (f"faults[{entry.index}] ({entry.describe()}): its fault task did not ask for the {action} "
+                       f"within {REQUEST_GRACE_S:g}s of t={at_s:g}s" +
+                       (", so the fault was never injected" if action == "inject" else "; the run healed it"))
+                log.error("%s", msg)
+                self.run.fault_errors.append(msg)
+                return False
+            self._stop.wait(POLL_S)
+        return False
+
+    def _acknowledge(self, entry: TimelineFault, action: str, **result: Any) -> None:
+        if self.control is not None:
+            self.control.acknowledge(entry.index, action, result)
 
     def _await_trigger(self, entry: TimelineFault) -> dict | None:
         """Wait for the fault's trigger; what was awaited and how long, or None (stopped or timed out)."""
@@ -124,21 +167,24 @@ class Timeline:
             self._stop.wait(0.2)
         return False
 
-    def _inject(self, pos: int, entry: TimelineFault, annotations: dict | None) -> bool:
+    def _inject(self, pos: int, entry: TimelineFault, annotations: dict | None) -> dict[str, Any] | None:
+        """Inject an entry; its fault id, the nodes its target resolved to and when (seconds after t0),
+        or None when it could not be injected (an error of the run)."""
         try:
             if entry.on_consumer:
-                fid = self._inject_consumer(entry, annotations)
+                fid, nodes = self._inject_consumer(entry, annotations), []
             else:
-                fid = self.injector.inject(entry.spec, annotations).fault_id
+                fault = self.injector.inject(entry.spec, annotations)
+                fid, nodes = fault.fault_id, list(fault.nodes)
         except (KafkaproofError, OSError) as e:
             msg = f"faults[{entry.index}] ({entry.describe()}): {e}"
             log.error("fault not injected: %s", msg)
             self.run.fault_errors.append(msg)
-            return False
+            return None
         with self._lock:
             self.fault_ids[pos] = fid
             self.active[fid] = f"{entry.spec.kind} {entry.spec.target or entry.spec.params.get('groups')}"
-        return True
+        return {"fault_id": fid, "nodes": nodes, "at_s": round(time.monotonic() - self.t0, 3)}
 
     def _heal_position(self, pos: int) -> None:
         with self._lock:

@@ -1,7 +1,10 @@
 """kafkaproof DAGs: the nightly suite, a manual pre-upgrade check, and an upgrade comparison.
 
-Thin by design: every task calls `kafkaproof.pipeline`; the Spark analysis is a
-SparkSubmitOperator on `spark/analyze.py`.
+Thin by design: every task calls `kafkaproof.pipeline`. Every DAG has one shape: the scenarios
+run one after another (provision → run → teardown, one cluster at a time), then one
+SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
+then each run is judged (validate → compare with history → report, mapped per scenario), then
+the gate (or the version comparison).
 """
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ def _group_id(name: str) -> str:
 
 
 def scenario_group(scenario_name: str):
-    """provision (setup) → run → analyze → validate → compare with history → report, teardown always."""
+    """provision (setup) → run_workload, teardown always; returns the group and its run task's id."""
     gid = _group_id(scenario_name)
 
     @task_group(group_id=gid)
@@ -87,15 +90,10 @@ def scenario_group(scenario_name: str):
         @task(pool=POOL)
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
-                get_current_context()["ti"].xcom_push(key="run", value={"run_dir": None, "error": cluster["error"]})
-                raise AirflowFailException(cluster["error"])
+                _report_run({"scenario": scenario_name, "run_dir": None, "status": "error", "error": cluster["error"]})
             result = pipeline.run(Scenario.from_json(cluster["scenario"]), cluster_name=cluster["cluster"],
                                   bootstrap=None if cluster["cluster"] else cluster["bootstrap"])
-            get_current_context()["ti"].xcom_push(key="run", value=result)  # also when the run failed
-            if result["status"] != "complete":
-                raise AirflowFailException(f"run {result['run_id']} {result['status']}: {result['error']} "
-                                           f"({result['run_dir']})")
-            return result
+            return _report_run(result)
 
         @teardown  # runs whatever happened upstream
         @task(pool=POOL)
@@ -103,39 +101,61 @@ def scenario_group(scenario_name: str):
             if cluster and cluster.get("cluster"):
                 pipeline.teardown(cluster["cluster"])
 
-        @task
-        def validate(run: dict) -> dict:
-            from kafkaproof.verdict.validation import validate as gx_validate
-            result = gx_validate(Path(run["run_dir"]))
-            return {"status": result.status, "run_dir": run["run_dir"]}
-
-        @task(trigger_rule="all_done")  # also after a failed run or analysis: that is an error verdict
-        def compare_with_history() -> dict:
-            ti = get_current_context()["ti"]
-            run = ti.xcom_pull(task_ids=f"{gid}.run_workload", key="run") or {}
-            return pipeline.summarize(run.get("run_dir"), scenario_name, _batch_id(), error=run.get("error"))
-
-        @task(trigger_rule="all_done")
-        def report(summary: dict) -> dict:
-            if summary.get("run_dir"):
-                summary["report"] = pipeline.report(summary["run_dir"])
-            return summary
-
         cluster = provision()
-        run = run_workload(cluster)
-        analyze = SparkSubmitOperator(
-            task_id="analyze", application=ANALYZE_APP, conn_id=SPARK_CONN, name=f"kafkaproof-{scenario_name}",
-            application_args=[f"{{{{ ti.xcom_pull(task_ids='{gid}.run_workload')['run_dir'] }}}}"],
-            conf=spark_conf())
-        verdict = validate(run)
-        compared = compare_with_history()
-        summary = report(compared)
-        run >> analyze >> verdict >> compared
-        run >> teardown_cluster(cluster)
-        return summary
+        run_workload(cluster) >> teardown_cluster(cluster)
 
-    summary = group()
-    return summary.operator.task_group, summary
+    return group(), f"{gid}.run_workload"
+
+
+def _report_run(run: dict) -> dict:
+    """Push the run for `collect_runs` (also a failed one: it gets an error verdict), fail the task if it failed."""
+    get_current_context()["ti"].xcom_push(key="run", value=run)
+    if run.get("status") != "complete":
+        raise AirflowFailException(f"run {run.get('run_id')} {run.get('status')}: {run.get('error')} "
+                                   f"({run.get('run_dir')})")
+    return run
+
+
+@task(trigger_rule="all_done")
+def collect_runs(expected: list[dict], mapped_task: str | None = None) -> list[dict]:
+    """Every scenario's run as its run task reported it; the run directories to analyse go to XCom `run_dirs`.
+
+    `expected` names where each run reports: `{"scenario", "task_id"}`, or with `mapped_task` the
+    items the task was mapped over (item i reports from map index i). A task that died before it
+    could report is an error run that says so.
+    """
+    ti = get_current_context()["ti"]
+    runs = []
+    for i, where in enumerate(expected):
+        task_id = mapped_task or where["task_id"]
+        got = ti.xcom_pull(task_ids=task_id, key="run", map_indexes=i if mapped_task else None)
+        named = {"scenario": where["scenario"], "label": where.get("label", "")}
+        runs.append({**(got or {"run_id": None, "run_dir": None, "status": "error",
+                                "error": f"task {task_id} failed before it reported a run (see its log)"}), **named})
+    ti.xcom_push(key="run_dirs", value=pipeline.analyzable(runs))
+    return runs
+
+
+def analyze_all(run_dirs) -> SparkSubmitOperator:
+    """One spark-submit for every complete run of the DAG run (`spark/analyze.py` takes many run directories)."""
+    return SparkSubmitOperator(task_id="analyze", application=ANALYZE_APP, conn_id=SPARK_CONN, pool=POOL,
+                               name="kafkaproof-analyze", application_args=run_dirs, conf=spark_conf())
+
+
+@task(trigger_rule="all_done", map_index_template="{{ scenario_label }}")  # also when the analysis failed
+def judge(run: dict) -> dict:
+    """validate → compare with history → report, for one run; a run without analysis is an error verdict."""
+    get_current_context()["scenario_label"] = run["scenario"] + (f" ({run['label']})" if run.get("label") else "")
+    return pipeline.judge(run, _batch_id())
+
+
+def judged(runs_by_task, mapped_task: str | None = None):
+    """collect_runs → analyze → judge (mapped): the summaries of every scenario of the DAG run."""
+    collected = collect_runs(runs_by_task, mapped_task)
+    analyze = analyze_all(collected["run_dirs"])
+    summaries = judge.expand(run=collected)
+    analyze >> summaries
+    return collected, summaries
 
 
 @task(trigger_rule="all_done")
@@ -175,9 +195,16 @@ def chain_groups(groups: list) -> None:
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
              "kafka_conn_id": KAFKA_CONN_PARAM})
 def kafka_reliability_nightly():
-    built = [scenario_group(s.name) for s in pipeline.suite(NIGHTLY_SUITE)]
-    chain_groups([group for group, _ in built])
-    gate([summary for _, summary in built])
+    scenarios = pipeline.suite(NIGHTLY_SUITE)
+    built = [scenario_group(s.name) for s in scenarios]
+    groups = [group for group, _ in built]
+    chain_groups(groups)
+    collected, summaries = judged([{"scenario": s.name, "task_id": run_task}
+                                   for s, (_, run_task) in zip(scenarios, built)])
+    if groups:
+        groups[-1] >> collected.operator
+        groups[-1].children[f"{groups[-1].group_id}.teardown_cluster"] >> collected.operator
+    gate(summaries)
 
 
 def _catalog_names() -> list[str]:
@@ -187,13 +214,17 @@ def _catalog_names() -> list[str]:
         return []
 
 
-@task(pool=POOL, max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30))
-def scenario_pipeline(scenario: str, kafka_version: str | None = None, label: str = "") -> dict:
-    """One scenario end to end in one task (provision, run, analyze, validate, summarize, report, teardown)."""
-    params = get_current_context()["params"]
-    return pipeline.run_pipeline(scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
-                                 messages=params.get("messages"), bootstrap=existing_cluster(params), label=label,
-                                 brokers=params.get("brokers"))
+@task(pool=POOL, max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30),
+      map_index_template="{{ scenario_label }}")
+def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "") -> dict:
+    """provision → run → teardown (always) for one scenario of a mapped list; the analysis comes after all of them."""
+    ctx = get_current_context()
+    ctx["scenario_label"] = scenario + (f" ({label})" if label else "")
+    params = ctx["params"]
+    return _report_run(pipeline.run_scenario(
+        scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
+        messages=params.get("messages"), bootstrap=existing_cluster(params), label=label,
+        brokers=params.get("brokers")))
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
@@ -209,10 +240,14 @@ def scenario_pipeline(scenario: str, kafka_version: str | None = None, label: st
              "kafka_conn_id": KAFKA_CONN_PARAM})
 def kafka_reliability_manual():
     @task
-    def chosen() -> list[str]:
-        return list(get_current_context()["params"]["scenarios"])
+    def chosen() -> list[dict]:
+        return [{"scenario": s} for s in get_current_context()["params"]["scenarios"]]
 
-    gate(scenario_pipeline.expand(scenario=chosen()))
+    runs = chosen()
+    ran = run_scenario.expand_kwargs(runs)
+    collected, summaries = judged(runs, mapped_task="run_scenario")
+    ran >> collected.operator
+    gate(summaries)
 
 
 @dag(dag_id="kafka_upgrade_check", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
@@ -238,7 +273,11 @@ def kafka_upgrade_check():
         if worse:
             raise AirflowFailException("the candidate is worse:\n  " + "\n  ".join(worse) + f"\nreport: {path}")
 
-    compare_versions(scenario_pipeline.expand_kwargs(matrix()))
+    runs = matrix()
+    ran = run_scenario.expand_kwargs(runs)
+    collected, summaries = judged(runs, mapped_task="run_scenario")
+    ran >> collected.operator
+    compare_versions(summaries)
 
 
 kafka_reliability_nightly()

@@ -1430,11 +1430,14 @@ def build_session(run_dirs: Sequence[Path] = (), app_name: str = "kafkaproof-ana
 def main(argv: Sequence[str] | None = None) -> int:
     """Analyse each run directory given; exit 1 if any failed, 2 on bad input."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("run_dirs", nargs="*", type=Path)
     parser.add_argument("--parallel", type=int, default=None,
                         help="run directories analysed concurrently (default: up to 4); small runs are "
                              "dominated by Spark's per-job latency, which concurrent jobs overlap")
     args = parser.parse_args(argv)
+    if not args.run_dirs:  # a batch whose runs all failed: each gets its error verdict without analysis
+        print("[analyze] no run directory given: nothing to analyse", flush=True)
+        return 0
     for d in args.run_dirs:
         if not (d / "manifest.json").exists():
             print(f"[analyze] error: {d}/manifest.json missing; not a run directory", file=sys.stderr)

@@ -1,9 +1,10 @@
 """The steps of the reliability pipeline, as plain functions the Airflow DAGs, the CLI and tests call.
 
-provision → run → analyze (spark-submit) → validate → compare with history → report,
-teardown always; a final gate over every scenario's summary. A scenario is parsed and
-resolved once (`resolve`: the file, the run's overrides, every fault checked) and passed on
-as a `Scenario`; across Airflow tasks it travels through XCom as `Scenario.to_json()`.
+provision → run → teardown (always) per scenario; one spark-submit over every complete run of
+the batch; then per run validate → compare with history → report (`judge`); a final gate over
+every scenario's summary. A scenario is parsed and resolved once (`resolve`: the file, the
+run's overrides, every fault checked) and passed on as a `Scenario`; across Airflow tasks it
+travels through XCom as `Scenario.to_json()`.
 """
 from __future__ import annotations
 
@@ -117,12 +118,6 @@ def teardown(cluster_name: str) -> None:
         attach(cluster_name).down(keep_logs=False, graceful=False)
 
 
-def analyze(run_dir: str) -> dict:
-    """Run the Spark analysis job on a run directory (spark-submit)."""
-    from .analysis import analyze as spark_analyze
-    return spark_analyze(Path(run_dir))
-
-
 def validate(run_dir: str) -> str:
     """Run the Great Expectations suites; returns the status (pass | fail | error)."""
     from .verdict.validation import validate as gx_validate
@@ -148,14 +143,20 @@ def write_upgrade_report(summaries: list[dict], batch_id: str, out: Path | None 
     return str(write(summaries, worse, batch_id, out or runs_dir())), worse
 
 
-def run_pipeline(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
+def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None) -> dict:
-    """Every step for one scenario in one call (for mapped Airflow tasks and the CLI); always tears down."""
+    """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
+
+    A scenario that cannot take the overrides comes back as a run without a directory whose
+    `error` says why, before anything starts. Analysis is not part of it: a batch analyses all
+    its runs with one spark-submit.
+    """
     (scn,) = suite(names=[scenario])
+    named = {"scenario": scenario, "label": label}
     try:
         resolved = resolve(scn, messages, kafka_version, brokers, bootstrap)
     except ScenarioError as e:
-        return {**summarize(None, scenario, batch_id, error=str(e)), "label": label}
+        return {"run_id": None, "run_dir": None, "status": "error", "error": str(e), **named}
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
     try:
         if cluster:
@@ -164,16 +165,44 @@ def run_pipeline(scenario: str, batch_id: str, kafka_version: str | None = None,
     finally:
         if cluster:
             teardown(cluster)
-    if result["status"] == "complete":
+    return {**result, **named}
+
+
+def analyzable(runs: list[dict | None]) -> list[str]:
+    """Run directories of the complete runs: what the batch's one spark-submit analyses."""
+    return [r["run_dir"] for r in runs if r and r.get("status") == "complete" and r.get("run_dir")]
+
+
+def judge(run: dict, batch_id: str) -> dict:
+    """Validate one run (when its analysis wrote results), compare it with history, write its report.
+
+    A run that failed, or whose analysis did, is an error summary that says why, never a lost
+    scenario; `run` is what `run_scenario`/`run` returned (or `{"scenario", "error"}` for a
+    task that died before it could say).
+    """
+    run_dir = run.get("run_dir")
+    if run_dir and run.get("status") == "complete" and (Path(run_dir) / "analysis" / "metrics.json").exists():
         try:
-            analyze(result["run_dir"])
-            validate(result["run_dir"])
-        except KafkaproofError as e:
-            log.error("%s: %s", scenario, e)
-    summary = summarize(result["run_dir"], scenario, batch_id)
-    summary["report"] = report(result["run_dir"])
-    summary["label"] = label
+            validate(run_dir)
+        except KafkaproofError as e:  # the summary below is then an error verdict saying so
+            log.error("%s: %s", run["scenario"], e)
+    summary = summarize(run_dir, run["scenario"], batch_id, error=run.get("error"))
+    if run_dir:
+        summary["report"] = report(run_dir)
+    summary["label"] = run.get("label", "")
     return summary
+
+
+def analyze_batch(runs: list[dict | None], batch_id: str) -> None:
+    """One spark-submit over every complete run of a batch; a failed analysis leaves error verdicts."""
+    from .analysis import analyze_many
+    complete = [Path(d) for d in analyzable(runs)]
+    if not complete:
+        return
+    try:
+        analyze_many(complete, quiet=True)
+    except KafkaproofError as e:  # runs whose analysis is missing become error verdicts in `judge`
+        log.error("analysis of batch %s: %s", batch_id, e)
 
 
 @dataclass
@@ -195,34 +224,16 @@ def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = N
     The same steps and verdicts as the nightly DAG, for a host without Airflow (and the flake
     bench). A run or an analysis that fails is an error summary, never a lost scenario.
     """
-    from .analysis import analyze_many
-    runs: list[tuple[Scenario, dict | None, str | None]] = []
+    runs: list[dict] = []
     for scn in scenarios:
         try:
             resolved = resolve(scn, messages, kafka_version, brokers)
         except ScenarioError as e:
-            runs.append((scn, None, str(e)))
+            runs.append({"scenario": scn.name, "run_id": None, "run_dir": None, "status": "error", "error": str(e)})
             continue
         log.info("batch %s: %s", batch_id, scn.name)
-        runs.append((scn, run(resolved), None))
-    complete = [Path(r["run_dir"]) for _, r, _ in runs if r and r["status"] == "complete"]
-    if complete:
-        try:
-            analyze_many(complete, quiet=True)
-        except KafkaproofError as e:  # runs whose analysis is missing become error verdicts below
-            log.error("analysis of batch %s: %s", batch_id, e)
-    summaries = []
-    for scn, result, refused in runs:
-        if result is None:
-            summaries.append(summarize(None, scn.name, batch_id, error=refused))
-            continue
-        if result["status"] == "complete" and (Path(result["run_dir"]) / "analysis" / "metrics.json").exists():
-            try:
-                validate(result["run_dir"])
-            except KafkaproofError as e:
-                log.error("%s: %s", scn.name, e)
-        summary = summarize(result["run_dir"], scn.name, batch_id)
-        summary["report"] = report(result["run_dir"])
-        summaries.append(summary)
+        runs.append({**run(resolved), "scenario": scn.name})
+    analyze_batch(runs, batch_id)
+    summaries = [judge(r, batch_id) for r in runs]
     ok, problems = gate(summaries)
     return BatchResult(batch_id, summaries, ok, problems, write_batch_report(summaries, batch_id))

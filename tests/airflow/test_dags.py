@@ -56,18 +56,22 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     assert nightly.catchup is False and nightly.max_active_runs == 1
     assert nightly.schedule == "0 2 * * *"
     tasks = {t.task_id: t for t in nightly.tasks}
-    for step in ("provision", "run_workload", "analyze", "validate", "compare_with_history", "report",
-                 "teardown_cluster"):
+    for step in ("provision", "run_workload", "teardown_cluster"):
         assert f"baseline.{step}" in tasks
     assert tasks["baseline.provision"].is_setup and tasks["baseline.teardown_cluster"].is_teardown
-    assert type(tasks["baseline.analyze"]).__name__ == "SparkSubmitOperator"
-    assert tasks["baseline.analyze"].pool == "kafka_cluster" or tasks["baseline.run_workload"].pool == "kafka_cluster"
-    assert tasks["gate"].trigger_rule == "all_done"
-    # groups run one after another (one cluster per host)
-    assert tasks["baseline.compare_with_history"].upstream_task_ids == {"baseline.validate"}
-    assert tasks["baseline.report"].upstream_task_ids == {"baseline.compare_with_history"}
-    assert {"baseline.teardown_cluster", "baseline.report"} <= \
-        tasks["consumer_crash_commit_before.provision"].upstream_task_ids
+    # groups run one after another (one cluster per host); the last one's teardown precedes the analysis
+    assert "baseline.teardown_cluster" in tasks["consumer_crash_commit_before.provision"].upstream_task_ids
+    last = [t for t in tasks if t.endswith(".teardown_cluster")][-1]
+    assert last in tasks["collect_runs"].upstream_task_ids
+    for dag_id in ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check"):
+        dag_tasks = {t.task_id: t for t in bag.get_dag(dag_id).tasks}
+        # one spark-submit per DAG run, through the operator spark_default configures
+        assert [t for t, op in dag_tasks.items() if type(op).__name__ == "SparkSubmitOperator"] == ["analyze"]
+        assert dag_tasks["analyze"].pool == "kafka_cluster"
+        assert dag_tasks["analyze"].upstream_task_ids == {"collect_runs"}
+        assert dag_tasks["collect_runs"].trigger_rule == dag_tasks["judge"].trigger_rule == "all_done"
+        assert {"analyze", "collect_runs"} == dag_tasks["judge"].upstream_task_ids
+    assert tasks["gate"].trigger_rule == "all_done" and tasks["gate"].upstream_task_ids == {"judge"}
     manual = bag.get_dag("kafka_reliability_manual")
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
     assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id"} <= set(manual.params)
@@ -147,3 +151,19 @@ def test_regression_and_failed_workload_fail_the_gate_after_teardown(airflow_hom
     # the failed workload's cluster was torn down
     assert not [n for n in state.list_clusters() if n.startswith("af-")]
     assert history.runs("broken-producer", url=url)[0]["verdict"] == "error"
+
+
+def test_upgrade_check_runs_both_versions_and_analyses_them_in_one_spark_submit(airflow_home, tmp_path):
+    runs = tmp_path / "runs"
+    env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(runs), KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite")
+    r = dags_test(env, "kafka_upgrade_check", {"scenarios": ["baseline"], "messages": 2000})
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-6000:]
+    assert "upgrade report:" in log
+    rows = history.runs("baseline", url=env["KAFKAPROOF_HISTORY_URL"])
+    assert sorted(row["kafka_version"] for row in rows) == ["3.9.2", "4.3.1"]
+    assert {row["verdict"] for row in rows} == {"pass"}
+    # both runs were analysed by the one `analyze` task: one Spark application for the DAG run
+    (cmd,) = [line for line in log.splitlines() if "Spark-Submit cmd:" in line]
+    assert cmd.count("/runs/baseline-") == 2 and "--name kafkaproof-analyze" in cmd
+    assert not [n for n in state.list_clusters() if n.startswith("af-")]

@@ -79,7 +79,9 @@ def test_pipeline_clusters_get_the_proxy_a_scenario_needs():
 def test_a_scenario_that_cannot_take_the_overrides_is_an_error_summary_before_anything_starts(tmp_path, monkeypatch):
     (tmp_path / "s.yaml").write_text("name: s\nguarantee: at-least-once\nproducers: {messages: 10}\n")
     monkeypatch.setenv("KAFKAPROOF_SCENARIOS", str(tmp_path))
-    summary = pipeline.run_pipeline("s", "batch/1", brokers=1, label="current")
+    run = pipeline.run_scenario("s", "batch/1", brokers=1, label="current")
+    assert run["status"] == "error" and run["run_dir"] is None and pipeline.analyzable([run, None]) == []
+    summary = pipeline.judge(run, "batch/1")
     assert summary["verdict"] == "error" and summary["run_dir"] is None and summary["label"] == "current"
     assert "topic.replication_factor: 3 is more than the 1 broker(s)" in summary["error"]
     ok, problems = pipeline.gate([summary])

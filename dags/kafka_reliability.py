@@ -110,9 +110,10 @@ def scenario_group(scenario_name: str):
 def _report_run(run: dict) -> dict:
     """Push the run for `collect_runs` (also a failed one: it gets an error verdict), fail the task if it failed."""
     get_current_context()["ti"].xcom_push(key="run", value=run)
+    if not run.get("run_id"):  # refused before anything started: the error says which file and field
+        raise AirflowFailException(run.get("error") or "the run did not start")
     if run.get("status") != "complete":
-        raise AirflowFailException(f"run {run.get('run_id')} {run.get('status')}: {run.get('error')} "
-                                   f"({run.get('run_dir')})")
+        raise AirflowFailException(f"run {run['run_id']} {run.get('status')}: {run.get('error')} ({run.get('run_dir')})")
     return run
 
 

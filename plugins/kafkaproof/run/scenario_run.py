@@ -35,9 +35,9 @@ from ..spec.cluster import cluster_config
 from ..spec.scenario import Scenario
 from .assemble import (assemble_consumer_tables, assemble_sends, collect_proxy_events, fault_rows,
                        proxy_event_rows)
+from .control import RunControl
 from .drain import audit_summary, drain, high_watermarks
 from .sampler import SnapshotSampler
-from .control import RunControl
 from .timeline import Timeline
 from .workers import WorkerEvents, Workers
 

@@ -21,7 +21,7 @@ import logging
 import shutil
 import socket
 import time
-from typing import Any
+from typing import Any, Collection
 
 from .. import logs
 from ..errors import ClusterError, ClusterNotRunning, FaultError
@@ -186,8 +186,8 @@ class ExternalCluster(StatefulCluster):
                            f"would be counted in this run's audit. Delete it, or set another topic.name in the scenario")
 
     # --- views -------------------------------------------------------------------
-    def direct_bootstrap(self) -> str:
-        """The bootstrap servers the user gave: never through a proxy."""
+    def direct_bootstrap(self, avoid: Collection[int] = ()) -> str:
+        """The bootstrap servers the user gave: never through a proxy (kafkaproof isolates no node here)."""
         return self.state()["bootstrap"]
 
     def bootstrap_servers(self) -> str:

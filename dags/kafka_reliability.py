@@ -90,7 +90,7 @@ def scenario_group(scenario_name: str):
         @task(pool=POOL)
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
-                _report_run({"scenario": scenario_name, "run_dir": None, "status": "error", "error": cluster["error"]})
+                _report_run(pipeline.unstarted_run(scenario_name, cluster["error"]))
             result = pipeline.run(Scenario.from_json(cluster["scenario"]), cluster_name=cluster["cluster"],
                                   bootstrap=None if cluster["cluster"] else cluster["bootstrap"])
             return _report_run(result)
@@ -130,9 +130,9 @@ def collect_runs(expected: list[dict], mapped_task: str | None = None) -> list[d
     for i, where in enumerate(expected):
         task_id = mapped_task or where["task_id"]
         got = ti.xcom_pull(task_ids=task_id, key="run", map_indexes=i if mapped_task else None)
-        named = {"scenario": where["scenario"], "label": where.get("label", "")}
-        runs.append({**(got or {"run_id": None, "run_dir": None, "status": "error",
-                                "error": f"task {task_id} failed before it reported a run (see its log)"}), **named})
+        label = where.get("label", "")
+        runs.append({**got, "scenario": where["scenario"], "label": label} if got else pipeline.unstarted_run(
+            where["scenario"], f"task {task_id} failed before it reported a run (see its log)", label))
     ti.xcom_push(key="run_dirs", value=pipeline.analyzable(runs))
     return runs
 

@@ -143,6 +143,11 @@ def write_upgrade_report(summaries: list[dict], batch_id: str, out: Path | None 
     return str(write(summaries, worse, batch_id, out or runs_dir())), worse
 
 
+def unstarted_run(scenario: str, error: str, label: str = "") -> dict:
+    """The run dict of a scenario that never produced a run directory (refused, or its task died): an error."""
+    return {"scenario": scenario, "label": label, "run_id": None, "run_dir": None, "status": "error", "error": error}
+
+
 def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None) -> dict:
     """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
@@ -152,11 +157,10 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     its runs with one spark-submit.
     """
     (scn,) = suite(names=[scenario])
-    named = {"scenario": scenario, "label": label}
     try:
         resolved = resolve(scn, messages, kafka_version, brokers, bootstrap)
     except ScenarioError as e:
-        return {"run_id": None, "run_dir": None, "status": "error", "error": str(e), **named}
+        return unstarted_run(scenario, str(e), label)
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
     try:
         if cluster:
@@ -165,7 +169,7 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     finally:
         if cluster:
             teardown(cluster)
-    return {**result, **named}
+    return {**result, "scenario": scenario, "label": label}
 
 
 def analyzable(runs: list[dict | None]) -> list[str]:
@@ -229,7 +233,7 @@ def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = N
         try:
             resolved = resolve(scn, messages, kafka_version, brokers)
         except ScenarioError as e:
-            runs.append({"scenario": scn.name, "run_id": None, "run_dir": None, "status": "error", "error": str(e)})
+            runs.append(unstarted_run(scn.name, str(e)))
             continue
         log.info("batch %s: %s", batch_id, scn.name)
         runs.append({**run(resolved), "scenario": scn.name})

@@ -65,10 +65,6 @@ class RunControl:
         """A fault task's request to `inject` or `heal` timeline entry `index`, if it came."""
         return _read(self.dir / "requests" / f"{index}-{action}.json")
 
-    def remove(self) -> None:
-        """Forget the run's marks (the cluster's teardown)."""
-        shutil.rmtree(self.dir, ignore_errors=True)
-
     def acknowledge(self, index: int, action: str, result: dict[str, Any]) -> None:
         _write(self.dir / "acks" / f"{index}-{action}.json", result)
 
@@ -118,7 +114,7 @@ def _sleep_until(control: RunControl, mono_s: float) -> None:
             return
         if control.ended() is not None:
             raise FaultError(f"the run of {control.name} ended before this fault's time")
-        time.sleep(min(left, 0.5) if left > 0.05 else left)
+        time.sleep(min(left, 0.5))
 
 
 def drive_fault(name: str, index: int, start_timeout_s: float = 1800.0, log=print) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,20 +103,80 @@ def provision(scenario: Scenario, cluster_name: str) -> dict:
 
 
 def run(scenario: Scenario, out: str | None = None, cluster_name: str | None = None,
-        bootstrap: str | None = None) -> dict:
-    """Run a resolved scenario on a provisioned cluster, an existing one by bootstrap, or a cluster of its own."""
+        bootstrap: str | None = None, control: str | None = None) -> dict:
+    """Run a resolved scenario on a provisioned cluster, an existing one by bootstrap, or a cluster of its own.
+
+    With `control` (a name from `fault_control`), fault tasks of other processes time the
+    scenario's faults (`drive_fault`) instead of the run's own timeline.
+    """
     from .run import RunOptions, ScenarioRun
     options = RunOptions(out=Path(out) if out else runs_dir(), bootstrap=bootstrap, cluster_name=cluster_name,
-                         attach=bool(cluster_name and not bootstrap))
+                         attach=bool(cluster_name and not bootstrap), control=control)
     result = ScenarioRun(scenario, options).execute()
     return {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status, "error": result.error,
             "scenario": scenario.name}
 
 
-def teardown(cluster_name: str) -> None:
-    """Tear a pipeline cluster down (idempotent)."""
-    if cluster_name in state.list_clusters():
+def teardown(cluster_name: str | None, control: str | None = None) -> None:
+    """Tear a pipeline cluster down and forget its fault tasks' control directory (idempotent)."""
+    if cluster_name and cluster_name in state.list_clusters():
         attach(cluster_name).down(keep_logs=False, graceful=False)
+    if control:
+        from .run.control import RunControl
+        RunControl(control).remove()
+
+
+def fault_control(batch_id: str, scenario: str) -> str:
+    """A fresh control directory for one scenario run of a batch whose faults are tasks; returns its name."""
+    from .run.control import RunControl
+    control = RunControl(cluster_name_for(batch_id, scenario))
+    control.reset()
+    return control.name
+
+
+def _seconds_id(seconds: float) -> str:
+    return f"{seconds:g}s" if float(seconds).is_integer() else f"{round(seconds * 1000)}ms"
+
+
+def fault_task_ids(scenario: Scenario) -> list[str]:
+    """Task ids for the entries of a scenario's fault timeline, in order, e.g. `kill_leader_0_at_5s`,
+    `isolate_follower_0_at_3s_for_9s`, `kill_consumer_0_at_7s_after_consumer_commit_for_1s`."""
+    ids: list[str] = []
+    seen: dict[str, int] = {}
+    for entry in scenario.timeline():
+        target = entry.spec.target or "groups"
+        name = f"{entry.spec.kind}_{target}_at_{_seconds_id(entry.at)}"
+        if entry.after:
+            name += f"_after_{entry.after['event']}"
+        if entry.duration is not None:
+            name += f"_for_{_seconds_id(entry.duration)}"
+        name = "".join(c if c.isalnum() else "_" for c in name)
+        seen[name] = seen.get(name, 0) + 1
+        ids.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return ids
+
+
+def drive_fault(control: str, index: int, start_timeout_s: float = 1800.0) -> dict:
+    """A fault task: inject and heal `faults[index]` of the run behind `control` on that run's schedule;
+    returns when it landed and how late against the schedule (FaultError if it could not)."""
+    from .run.control import drive_fault as drive
+    return drive(control, index, start_timeout_s, log=lambda line: log.info("%s", line))
+
+
+def fault_timing(results: list[dict | None]) -> str | None:
+    """One line on the fault tasks of a batch: how many injected, and how late against their schedule
+    the ones at a fixed time landed (a triggered fault waits for a state on purpose); None without any."""
+    injected = [r for r in results if r]
+    if not injected:
+        return None
+    late = [r["late_ms"] for r in injected if not r.get("triggered")]
+    line = f"fault tasks: {len(injected)} injected"
+    if late:
+        line += (f"; the {len(late)} at a fixed time landed {statistics.median(late):.0f} ms late (median), "
+                 f"{max(late):.0f} ms at most")
+    if len(late) < len(injected):
+        line += f"; {len(injected) - len(late)} waited for their trigger"
+    return line
 
 
 def validate(run_dir: str) -> str:

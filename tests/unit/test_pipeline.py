@@ -105,3 +105,27 @@ def test_regression_baseline_is_runs_of_the_same_configuration(tmp_path):
 def test_a_batch_that_judged_nothing_fails_the_gate():
     ok, problems = pipeline.gate([])
     assert not ok and "no scenario ran" in problems[0]
+
+
+def test_fault_tasks_are_named_after_their_fault_and_time():
+    by_name = {s.name: s for s in pipeline.suite("full")}
+    assert pipeline.fault_task_ids(by_name["baseline"]) == []
+    assert pipeline.fault_task_ids(by_name["e3-acks-1-leader-kill"]) == [
+        "isolate_followers_0_at_5s_for_3s", "kill_leader_0_at_7s_for_10s"]
+    assert pipeline.fault_task_ids(by_name["e3-not-enough-replicas"]) == [
+        "kill_follower_0_at_5s_for_16s", "kill_follower_0_at_5500ms_for_15500ms"]
+    assert pipeline.fault_task_ids(by_name["consumer-crash-commit-before"]) == [
+        "kill_consumer_0_at_7s_after_consumer_commit_for_1s", "kill_consumer_0_at_13s_after_consumer_commit_for_1s"]
+    assert pipeline.fault_task_ids(by_name["e3-broker-down-before-first-send"]) == ["stop_node_1_at_0s"]
+    once = by_name["e4-min-isr-3"]
+    twice = type(once)(once.name, once.path, once.data | {"faults": once.data["faults"] * 2})
+    assert pipeline.fault_task_ids(twice) == [
+        "kill_follower_0_at_5s_for_10s", "kill_follower_0_at_5s_for_10s_2"]
+
+
+def test_fault_timing_leaves_out_triggered_faults():
+    results = [{"late_ms": 20.0}, {"late_ms": 40.0}, {"late_ms": 300.0}, {"late_ms": 5000.0, "triggered": True}, None]
+    assert pipeline.fault_timing(results) == ("fault tasks: 4 injected; the 3 at a fixed time landed 40 ms late "
+                                              "(median), 300 ms at most; 1 waited for their trigger")
+    assert pipeline.fault_timing([{"late_ms": 9.0, "triggered": True}]) == "fault tasks: 1 injected; 1 waited for their trigger"
+    assert pipeline.fault_timing([None]) is None

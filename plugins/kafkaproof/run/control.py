@@ -1,7 +1,8 @@
 """The control channel between a run and the fault tasks of other processes (the nightly DAG's fault tasks).
 
-A run started with `RunOptions(control=NAME)` does not time its faults itself: it announces
-its start (`start.json`: run id, run directory, the monotonic and wall time of its t0, the
+A run started with `RunOptions(control=NAME)` does not time its faults itself: it waits until
+every fault task says it is ready (so a task process that starts slowly cannot make a fault
+late), then announces its start (`start.json`: run id, run directory, the monotonic and wall time of its t0, the
 faults of its timeline) in `<state>/control/<NAME>/`, and injects or heals timeline entry
 `i` when a request file asks for it, answering with an acknowledgement (what the target
 resolved to, when). Each fault task waits for the start, sleeps until its `at`, asks for the
@@ -55,6 +56,25 @@ class RunControl:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
 
+    def remove(self) -> None:
+        """Forget the run's control directory (the cluster's teardown)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_ready(self, indexes: list[int], timeout_s: float) -> None:
+        """Until the fault task of every timeline entry in `indexes` is waiting for the start mark."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            missing = [i for i in indexes if not (self.dir / "ready" / f"{i}.json").exists()]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise FaultError(
+                    f"the fault tasks of faults{missing} did not start within {timeout_s:.0f}s of the workload: "
+                    "a DAG with fault tasks needs an executor that runs tasks concurrently (the scheduler "
+                    "with LocalExecutor, or `airflow dags test --use-executor` beside an `airflow api-server`; "
+                    "plain `airflow dags test` runs one task at a time)")
+            time.sleep(POLL_S)
+
     def announce_start(self, run_id: str, run_dir: Path, t0_mono_ns: int, t0_wall: float,
                        faults: list[dict[str, Any]]) -> None:
         """The workload's start mark: fault tasks time their `at` from it."""
@@ -73,6 +93,10 @@ class RunControl:
         _write(self.dir / "done.json", {"status": status})
 
     # --- a fault task's side -------------------------------------------------
+    def mark_ready(self, index: int) -> None:
+        """This fault task waits for the start mark (the run starts its workload once all are)."""
+        _write(self.dir / "ready" / f"{index}.json", {"index": index, "pid": os.getpid()})
+
     def wait_started(self, timeout_s: float) -> dict[str, Any]:
         """The run's start mark; FaultError if the run did not start within `timeout_s` or ended first."""
         deadline = time.monotonic() + timeout_s
@@ -126,6 +150,7 @@ def drive_fault(name: str, index: int, start_timeout_s: float = 1800.0, log=prin
     it or ended first.
     """
     control = RunControl(name)
+    control.mark_ready(index)
     start = control.wait_started(start_timeout_s)
     entry = next((f for f in start["faults"] if f["index"] == index), None)
     if entry is None:

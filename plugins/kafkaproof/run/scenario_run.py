@@ -44,6 +44,10 @@ from .workers import WorkerEvents, Workers
 log = logging.getLogger(__name__)
 
 
+# How long a run waits for its fault tasks to start (an executor starts a task within seconds).
+FAULT_TASKS_START_S = 120.0
+
+
 class RunInterrupted(KafkaproofError):
     """The run was interrupted (SIGINT/SIGTERM) or hit its time limit."""
 
@@ -293,6 +297,7 @@ class ScenarioRun:
         producer_spec["offsets_from_broker"] = producer_settings(prod, 0)["offsets_from_broker"]
 
         with self.phase("workload"):
+            self._await_fault_tasks()
             for i in range(cons["count"]):
                 workers.start_consumer(i, consumer_spec)
             t0 = time.monotonic()
@@ -330,6 +335,12 @@ class ScenarioRun:
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
         sampler.stop()
+
+    def _await_fault_tasks(self) -> None:
+        """With fault tasks (`options.control`): start the workload once every one of them waits for it."""
+        if self.options.control:
+            RunControl(self.options.control).wait_ready([e.index for e in self.scenario.timeline()],
+                                                        FAULT_TASKS_START_S)
 
     def _announce_start(self, t0: float) -> RunControl | None:
         """With fault tasks (`options.control`): the start mark they time their faults from."""

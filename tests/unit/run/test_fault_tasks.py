@@ -110,3 +110,18 @@ def test_a_fault_task_gives_up_when_the_run_ends_first(tmp_path, monkeypatch):
     with pytest.raises(FaultError, match="has no faults\\[3\\]"):
         drive_fault("af-test", 3, 5, log=lambda m: None)
     assert control_mod.control_dir("af-test") == tmp_path / "control" / "af-test"
+
+
+def test_the_run_starts_its_workload_once_every_fault_task_waits(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path))
+    control = RunControl("af-test")
+    control.reset()
+    control.mark_ready(0)
+    with pytest.raises(FaultError, match=r"faults\[1\] did not start .* needs an executor that runs tasks concurrently"):
+        control.wait_ready([0, 1], 0.1)
+    threading.Timer(0.2, control.mark_ready, args=(1,)).start()
+    started = time.monotonic()
+    control.wait_ready([0, 1], 5)
+    assert 0.15 < time.monotonic() - started < 2
+    control.remove()
+    assert not control.dir.exists()

@@ -44,10 +44,16 @@ def history_url() -> str:
 
 def engine(url: str | None = None) -> sa.Engine:
     url = url or history_url()
+    connect_args = {}
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    eng = sa.create_engine(url)
-    METADATA.create_all(eng)
+        # Judge tasks of one night may record at the same time (an executor runs them in parallel).
+        connect_args["timeout"] = 60
+    eng = sa.create_engine(url, connect_args=connect_args)
+    try:
+        METADATA.create_all(eng)
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError):
+        METADATA.create_all(eng)  # another process created the table between the check and the create
     return eng
 
 

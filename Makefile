@@ -12,13 +12,14 @@ export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
 KAFKA_VERSIONS ?= 4.3.1 3.9.2
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-packages python kafka java docker test test-unit test-spark test-cluster test-compose run clean down
+.PHONY: help setup system-packages python kafka java docker test test-unit test-spark test-cluster test-compose run airflow clean down
 
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
 	@echo "make test   set up, then run every test (unit, spark, cluster, airflow)"
 	@echo "make setup  only set up (.venv, Debian packages, Kafka from Maven Central)"
 	@echo "make down   tear down every local cluster and heal leftover faults"
+	@echo "make airflow   Airflow's UI, scheduler and api-server for this checkout (airflow standalone, :8080)"
 	@echo "make test-compose   set up Docker (engine, image, Compose CLI), then run the compose tests"
 
 setup: system-packages python kafka java
@@ -67,6 +68,9 @@ test-compose: docker
 
 run: setup
 	@bash scripts/run-nightly.sh
+
+airflow: setup
+	@bash scripts/airflow-standalone.sh
 
 down: python
 	$(PY) -m kafkaproof cluster down --all

@@ -1,7 +1,8 @@
 """kafkaproof DAGs: the nightly suite, a manual pre-upgrade check, and an upgrade comparison.
 
 Thin by design: every task calls `kafkaproof.pipeline`. Every DAG has one shape: the scenarios
-run one after another (provision → run → teardown, one cluster at a time), then one
+run one after another (provision → run → teardown, one cluster at a time; in the nightly DAG
+each fault of a scenario is a task of its own beside the workload), then one
 SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
 then each run is judged (validate → compare with history → report, mapped per scenario), then
 the gate (or the version comparison).
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, get_current_context, setup, task, task_group, teardown
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkaproof import pipeline
 from kafkaproof.analysis import spark_conf
@@ -28,6 +29,7 @@ POOL = "kafka_cluster"  # one slot: two clusters must not share this host
 NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
 SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
+FAULT_START_TIMEOUT_S = 900  # a fault task waits this long for its workload to start
 DEFAULT_ARGS = {"retries": 0, "execution_timeout": timedelta(minutes=30)}
 KAFKA_CONN_PARAM = Param(None, type=["null", "string"],
                          description="an existing cluster by Airflow Kafka connection (e.g. kafka_default; Extra: "
@@ -64,9 +66,15 @@ def _group_id(name: str) -> str:
     return name.replace("-", "_")
 
 
-def scenario_group(scenario_name: str):
-    """provision (setup) → run_workload, teardown always; returns the group and its run task's id."""
-    gid = _group_id(scenario_name)
+def scenario_group(scenario: Scenario):
+    """provision (setup) → run_workload beside one task per fault of its timeline → teardown (always).
+
+    Returns the group, its run task's id and its fault tasks' ids. The fault tasks time the
+    scenario's faults from the workload's start (`pipeline.drive_fault`); they need an executor that
+    runs tasks concurrently, and stay out of the one-slot cluster pool the workload holds.
+    """
+    scenario_name, gid = scenario.name, _group_id(scenario.name)
+    fault_ids = pipeline.fault_task_ids(scenario)
 
     @task_group(group_id=gid)
     def group():
@@ -82,29 +90,42 @@ def scenario_group(scenario_name: str):
                                             params.get("brokers"), bootstrap)
             except ScenarioError as e:  # an error verdict that says why, and no cluster
                 return {"cluster": None, "bootstrap": None, "error": str(e)}
+            control = pipeline.fault_control(_batch_id(), gid) if fault_ids else None
             if bootstrap:
-                return {"cluster": None, "bootstrap": bootstrap, "scenario": resolved.to_json()}
+                return {"cluster": None, "bootstrap": bootstrap, "scenario": resolved.to_json(), "control": control}
             name = pipeline.cluster_name_for(_batch_id(), gid)
-            return {**pipeline.provision(resolved, name), "scenario": resolved.to_json()}
+            return {**pipeline.provision(resolved, name), "scenario": resolved.to_json(), "control": control}
 
         @task(pool=POOL)
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
                 _report_run(pipeline.unstarted_run(scenario_name, cluster["error"]))
             result = pipeline.run(Scenario.from_json(cluster["scenario"]), cluster_name=cluster["cluster"],
-                                  bootstrap=None if cluster["cluster"] else cluster["bootstrap"])
+                                  bootstrap=None if cluster["cluster"] else cluster["bootstrap"],
+                                  control=cluster.get("control"))
             return _report_run(result)
+
+        def fault_task(task_id: str, index: int):
+            @task(task_id=task_id)
+            def fault(cluster: dict) -> dict:
+                """Inject and heal one fault of the timeline on the workload's schedule."""
+                if cluster.get("error"):
+                    raise AirflowSkipException(f"the scenario did not start: {cluster['error']}")
+                return pipeline.drive_fault(cluster["control"], index, FAULT_START_TIMEOUT_S)
+            return fault
 
         @teardown  # runs whatever happened upstream
         @task(pool=POOL)
         def teardown_cluster(cluster: dict) -> None:
-            if cluster and cluster.get("cluster"):
-                pipeline.teardown(cluster["cluster"])
+            if cluster:
+                pipeline.teardown(cluster.get("cluster"), cluster.get("control"))
 
         cluster = provision()
-        run_workload(cluster) >> teardown_cluster(cluster)
+        faults = [fault_task(task_id, entry.index)(cluster)
+                  for task_id, entry in zip(fault_ids, scenario.timeline())]
+        [run_workload(cluster), *faults] >> teardown_cluster(cluster)
 
-    return group(), f"{gid}.run_workload"
+    return group(), f"{gid}.run_workload", [f"{gid}.{task_id}" for task_id in fault_ids]
 
 
 def _report_run(run: dict) -> dict:
@@ -160,11 +181,14 @@ def judged(runs_by_task, mapped_task: str | None = None):
 
 
 @task(trigger_rule="all_done")
-def gate(summaries: list[dict] | None = None) -> None:
+def gate(summaries: list[dict] | None = None, fault_tasks: list[str] | None = None) -> None:
     """Fail the DAG run, after every report is written, on any violation, undetected control or regression."""
     summaries = list(summaries or [])
     night = pipeline.write_batch_report(summaries, _batch_id())
     print(f"summary report: {night}")
+    if fault_tasks:
+        timing = pipeline.fault_timing(get_current_context()["ti"].xcom_pull(task_ids=fault_tasks) or [])
+        print(timing or "fault tasks: none injected")
     ok, problems = pipeline.gate(summaries)
     for s in summaries:
         if s:
@@ -172,6 +196,9 @@ def gate(summaries: list[dict] | None = None) -> None:
             for w in s.get("warnings") or []:  # shown, never failing: see expectations/regression.yaml
                 print(f"      warning: {w} ({s.get('baseline') or 'no baseline'})")
     if not ok:
+        print("reliability gate failed:")
+        for problem in problems:
+            print(f"  {problem}")
         raise AirflowFailException("reliability gate failed:\n  " + "\n  ".join(problems) + f"\nsummary: {night}")
     print("reliability gate passed")
 
@@ -197,15 +224,15 @@ def chain_groups(groups: list) -> None:
              "kafka_conn_id": KAFKA_CONN_PARAM})
 def kafka_reliability_nightly():
     scenarios = pipeline.suite(NIGHTLY_SUITE)
-    built = [scenario_group(s.name) for s in scenarios]
-    groups = [group for group, _ in built]
+    built = [scenario_group(s) for s in scenarios]
+    groups = [group for group, _, _ in built]
     chain_groups(groups)
     collected, summaries = judged([{"scenario": s.name, "task_id": run_task}
-                                   for s, (_, run_task) in zip(scenarios, built)])
+                                   for s, (_, run_task, _) in zip(scenarios, built)])
     if groups:
         groups[-1] >> collected.operator
         groups[-1].children[f"{groups[-1].group_id}.teardown_cluster"] >> collected.operator
-    gate(summaries)
+    gate(summaries, fault_tasks=[task_id for _, _, fault_tasks in built for task_id in fault_tasks])
 
 
 def _catalog_names() -> list[str]:

@@ -7,6 +7,17 @@ export AIRFLOW__CORE__DAGS_FOLDER="$_kp_root/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$_kp_root/plugins"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER="$AIRFLOW_HOME/logs"
+mkdir -p "$AIRFLOW_HOME"
+# Tasks an executor runs report to the Execution API of an `airflow api-server` (`airflow standalone`
+# starts one; `make run` starts its own, scripts/api-server.sh). Whoever signs the tasks' tokens and
+# whoever checks them must share one secret: one per Airflow home, made once, readable only by you.
+if [ -z "${AIRFLOW__API_AUTH__JWT_SECRET:-}" ]; then
+  [ -s "$AIRFLOW_HOME/jwt-secret" ] || (umask 077 && head -c 32 /dev/urandom | base64 >"$AIRFLOW_HOME/jwt-secret")
+  AIRFLOW__API_AUTH__JWT_SECRET="$(cat "$AIRFLOW_HOME/jwt-secret")"
+  export AIRFLOW__API_AUTH__JWT_SECRET
+fi
+export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:-http://127.0.0.1:$AIRFLOW__API__PORT/execution/}"
 # Spark: local[2] by default; point it at a cluster with e.g. {"conn_type":"spark","host":"spark://host:7077"}.
 # (JSON braces cannot sit inside ${VAR:-default}: a set variable would gain a stray '}'.)
 if [ -z "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ]; then
@@ -22,5 +33,4 @@ export KAFKAPROOF_STATE="${KAFKAPROOF_STATE:-$_kp_root/.state}"
 export KAFKAPROOF_RUNS="${KAFKAPROOF_RUNS:-$_kp_root/runs}"
 # SparkSubmitOperator runs `spark-submit` from PATH.
 case ":$PATH:" in *":$_kp_root/.venv/bin:"*) ;; *) export PATH="$_kp_root/.venv/bin:$PATH" ;; esac
-mkdir -p "$AIRFLOW_HOME"
 unset _kp_root

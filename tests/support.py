@@ -1,9 +1,15 @@
 """Helpers shared by tests (imported as `support`)."""
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import socket
 import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -75,3 +81,66 @@ def load_analysis_job():
     sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(module)
     return module
+
+
+class SparkStandalone:
+    """A real Spark standalone cluster from pyspark's own jars: a master and one worker, as separate JVMs
+    on loopback, stopped (with their process groups) on exit. `apps()` lists what ran there."""
+
+    def __init__(self, workdir: Path, cores: int = 1, memory: str = "2g"):
+        import pyspark
+        self.workdir, self.cores, self.memory = workdir, cores, memory
+        self.spark_home = Path(pyspark.__file__).parent
+        self.port, self.webui = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen] = []
+
+    def _start(self, name: str, *args: str) -> None:
+        env = {**os.environ, "SPARK_HOME": str(self.spark_home), "SPARK_LOG_DIR": str(self.workdir),
+               "SPARK_WORKER_DIR": str(self.workdir / "work"), "SPARK_LOCAL_IP": "127.0.0.1"}
+        with open(self.workdir / f"{name}.log", "w") as out:
+            self.procs.append(subprocess.Popen([str(Path(sys.executable).parent / "spark-class"), *args], env=env,
+                                               stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def status(self) -> dict:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.webui}/json/", timeout=2) as r:
+                return json.load(r)
+        except OSError:
+            return {}
+
+    def apps(self) -> list[tuple[str, str]]:
+        """(name, state) of every application the master ran."""
+        return [(a["name"], a["state"]) for a in self.status().get("completedapps", [])]
+
+    def __enter__(self) -> "SparkStandalone":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--webui-port", str(self.webui))
+        self._start("worker", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                    "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()))
+        try:
+            wait_for(lambda: self.status().get("aliveworkers") == 1, 120, f"a Spark worker registered at {self.url}")
+        except AssertionError:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in reversed(self.procs):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (on loopback)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -4,7 +4,11 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import signal
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,7 +21,7 @@ from kafkaproof.spec import scenario as scenario_mod
 
 pytestmark = pytest.mark.airflow
 
-from support import REPO  # noqa: E402
+from support import REPO, SparkStandalone, free_port  # noqa: E402
 
 
 def airflow_env(home: Path, **extra: str) -> dict[str, str]:
@@ -30,13 +34,33 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory) -> Path:
+def airflow_home(tmp_path_factory) -> Iterator[Path]:
+    """A migrated Airflow home with the cluster pool, and the api-server its executor's tasks report to."""
     home = tmp_path_factory.mktemp("airflow")
+    port = str(free_port())
+    os.environ["AIRFLOW__API__PORT"] = port  # airflow_env() derives the Execution API's URL from it
     env = airflow_env(home)
     subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     subprocess.run(["airflow", "pools", "set", "kafka_cluster", "1", "one cluster per host"], env=env, check=True,
                    capture_output=True, timeout=120)
-    return home
+    with open(home / "api-server.log", "w") as api_log:
+        api = subprocess.Popen(["airflow", "api-server", "--apps", "execution", "--port", port], env=env,
+                               stdout=api_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        health = env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].rstrip("/") + "/health"
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(health, timeout=2).close()
+                break
+            except OSError:
+                assert api.poll() is None and time.monotonic() < deadline, (home / "api-server.log").read_text()[-3000:]
+                time.sleep(0.5)
+        yield home
+    finally:
+        os.killpg(api.pid, signal.SIGTERM)
+        api.wait(60)
+        os.environ.pop("AIRFLOW__API__PORT", None)
 
 
 def dagbag(home: Path):
@@ -59,6 +83,12 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     for step in ("provision", "run_workload", "teardown_cluster"):
         assert f"baseline.{step}" in tasks
     assert tasks["baseline.provision"].is_setup and tasks["baseline.teardown_cluster"].is_teardown
+    # each fault of a scenario's timeline is a task beside its workload, outside the one-slot cluster pool
+    fault = tasks["e1_three_nodes_failover.stop_leader_0_at_8s_for_10s"]
+    assert fault.upstream_task_ids == {"e1_three_nodes_failover.provision"} and fault.pool != "kafka_cluster"
+    assert fault.task_id in tasks["e1_three_nodes_failover.teardown_cluster"].upstream_task_ids
+    assert {t for t in tasks if t.startswith("baseline.")} == {f"baseline.{step}" for step in
+                                                              ("provision", "run_workload", "teardown_cluster")}
     # groups run one after another (one cluster per host); the last one's teardown precedes the analysis
     assert "baseline.teardown_cluster" in tasks["consumer_crash_commit_before.provision"].upstream_task_ids
     last = [t for t in tasks if t.endswith(".teardown_cluster")][-1]
@@ -93,7 +123,9 @@ def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_
 
 
 def dags_test(env: dict, dag_id: str, conf: dict | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:
-    cmd = ["airflow", "dags", "test", dag_id]
+    """`airflow dags test`; the nightly DAG on LocalExecutor (its fault tasks run beside the workload),
+    the others one task at a time (their mapped scenarios must not start two clusters at once there)."""
+    cmd = ["airflow", "dags", "test", dag_id] + (["--use-executor"] if dag_id == "kafka_reliability_nightly" else [])
     if conf:
         cmd += ["--conf", json.dumps(conf)]
     return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
@@ -115,6 +147,8 @@ def test_smoke_suite_passes_end_to_end(airflow_home, tmp_path):
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-6000:]
     assert "reliability gate passed" in log
+    # the control's two consumer kills were tasks of their own, each waiting for the commit it needs
+    assert "fault tasks: 2 injected; 2 waited for their trigger" in log
     rows = history.runs(url=env["KAFKAPROOF_HISTORY_URL"])
     assert {row["scenario"] for row in rows} == {"baseline", "consumer-crash-commit-before"}
     assert {row["verdict"] for row in rows} == {"pass"}  # the negative control passes by being detected
@@ -167,3 +201,19 @@ def test_upgrade_check_runs_both_versions_and_analyses_them_in_one_spark_submit(
     (cmd,) = [line for line in log.splitlines() if "Spark-Submit cmd:" in line]
     assert cmd.count("/runs/baseline-") == 2 and "--name kafkaproof-analyze" in cmd
     assert not [n for n in state.list_clusters() if n.startswith("af-")]
+
+
+def test_manual_dag_analyses_on_the_spark_master_spark_default_names(airflow_home, tmp_path):
+    with SparkStandalone(tmp_path / "spark") as spark:
+        env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(tmp_path / "runs"),
+                          KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite",
+                          AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
+                                                                 "port": spark.port}))
+        r = dags_test(env, "kafka_reliability_manual", {"scenarios": ["baseline"], "messages": 2000})
+        log = r.stdout + r.stderr
+        assert r.returncode == 0, log[-6000:]
+        (cmd,) = [line for line in log.splitlines() if "Spark-Submit cmd:" in line]
+        assert f"--master {spark.url}" in cmd
+        assert spark.apps() == [("kafkaproof-analyze", "FINISHED")]  # it ran on the cluster, not in local mode
+    (row,) = history.runs("baseline", url=env["KAFKAPROOF_HISTORY_URL"])
+    assert row["verdict"] == "pass"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,20 @@ class RunControl:
         """A fault task's request to `inject` or `heal` timeline entry `index`, if it came."""
         return _read(self.dir / "requests" / f"{index}-{action}.json")
 
+    def task_gone(self, index: int) -> int | None:
+        """The pid of entry `index`'s fault task if that process has ended (it was killed, or its
+        worker died); None while it lives or where it cannot be seen (another host)."""
+        mark = _read(self.dir / "ready" / f"{index}.json")
+        if mark is None or mark.get("host") != socket.gethostname():
+            return None
+        try:
+            os.kill(mark["pid"], 0)
+        except ProcessLookupError:
+            return mark["pid"]
+        except PermissionError:
+            pass
+        return None
+
     def acknowledge(self, index: int, action: str, result: dict[str, Any]) -> None:
         _write(self.dir / "acks" / f"{index}-{action}.json", result)
 
@@ -95,7 +110,7 @@ class RunControl:
     # --- a fault task's side -------------------------------------------------
     def mark_ready(self, index: int) -> None:
         """This fault task waits for the start mark (the run starts its workload once all are)."""
-        _write(self.dir / "ready" / f"{index}.json", {"index": index, "pid": os.getpid()})
+        _write(self.dir / "ready" / f"{index}.json", {"index": index, "pid": os.getpid(), "host": socket.gethostname()})
 
     def wait_started(self, timeout_s: float) -> dict[str, Any]:
         """The run's start mark; FaultError if the run did not start within `timeout_s` or ended first."""
@@ -162,12 +177,13 @@ def drive_fault(name: str, index: int, start_timeout_s: float = 1800.0, log=prin
     ack = control.request(index, "inject", timeout_s=entry["trigger_timeout_s"] + 120.0)
     if ack.get("error"):
         raise FaultError(f"faults[{index}] {entry['describe']}: {ack['error']}")
-    late_ms = round((ack["at_s"] - entry["at"]) * 1000, 1)
-    log(f"faults[{index}] injected at t={ack['at_s']:.3f}s (asked at t={asked:.3f}s, {late_ms:+.1f} ms against "
-        f"the schedule): {ack['fault_id']} on nodes {ack['nodes'] or '-'}")
+    # Late is when the injection began against the schedule; a graceful stop is in effect seconds later.
+    late_ms = round((ack["began_s"] - entry["at"]) * 1000, 1)
+    log(f"faults[{index}] injection began at t={ack['began_s']:.3f}s (asked at t={asked:.3f}s, {late_ms:+.1f} ms "
+        f"against the schedule), in effect at t={ack['at_s']:.3f}s: {ack['fault_id']} on nodes {ack['nodes'] or '-'}")
     result = {"index": index, "fault": entry["describe"], "fault_id": ack["fault_id"], "nodes": ack["nodes"],
-              "scheduled_at_s": entry["at"], "injected_at_s": ack["at_s"], "late_ms": late_ms,
-              "triggered": entry["trigger_timeout_s"] > 0}
+              "scheduled_at_s": entry["at"], "began_at_s": ack["began_s"], "injected_at_s": ack["at_s"],
+              "late_ms": late_ms, "triggered": entry["trigger_timeout_s"] > 0}
     if entry["duration"] is not None:
         _sleep_until(control, t0 + ack["at_s"] + entry["duration"])
         healed = control.request(index, "heal", timeout_s=120.0)

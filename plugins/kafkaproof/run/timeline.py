@@ -89,8 +89,10 @@ class Timeline:
                 self._acknowledge(entry, "inject", error="not injected: its trigger did not happen")
                 return
             annotations.update(trigger)
+        began_s = round(time.monotonic() - self.t0, 3)  # a graceful stop takes seconds to be in effect
         injected = self._inject(pos, entry, annotations)
-        self._acknowledge(entry, "inject", **(injected or {"error": "not injected: see the run's log"}))
+        self._acknowledge(entry, "inject", **({**injected, "began_s": began_s} if injected else
+                                              {"error": "not injected: see the run's log"}))
         if injected is None:
             return
         if entry.duration is not None or entry.on_consumer:
@@ -110,13 +112,15 @@ class Timeline:
         if self.control is None:
             return self._sleep_until(at_s)
         give_up = self.t0 + at_s + REQUEST_GRACE_S
+        outcome = ", so the fault was never injected" if action == "inject" else "; the run healed it"
         while not self._stop.is_set():
             if self.control.requested(entry.index, action) is not None:
                 return True
-            if time.monotonic() > give_up:
-                msg = (f"faults[{entry.index}] ({entry.describe()}): its fault task did not ask for the {action} "
-                       f"within {REQUEST_GRACE_S:g}s of t={at_s:g}s" +
-                       (", so the fault was never injected" if action == "inject" else "; the run healed it"))
+            gone = self.control.task_gone(entry.index)
+            if gone is not None or time.monotonic() > give_up:
+                why = (f"its fault task (pid {gone}) ended before it asked for the {action}" if gone is not None else
+                       f"its fault task did not ask for the {action} within {REQUEST_GRACE_S:g}s of t={at_s:g}s")
+                msg = f"faults[{entry.index}] ({entry.describe()}): {why}{outcome}"
                 log.error("%s", msg)
                 self.run.fault_errors.append(msg)
                 return False

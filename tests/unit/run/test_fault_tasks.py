@@ -1,6 +1,9 @@
 """Fault tasks of another process time a run's faults through its control directory (no cluster)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -79,6 +82,7 @@ def test_fault_tasks_inject_and_heal_on_schedule(tmp_path, monkeypatch):
     assert timeline.finished() and not timeline.run.fault_errors
     kill, isolate = results[0], results[1]
     assert kill["nodes"] == [2] and kill["scheduled_at_s"] == 0.3 and 0 <= kill["late_ms"] < 250
+    assert kill["began_at_s"] <= kill["injected_at_s"]
     assert kill["healed_at_s"] == pytest.approx(kill["injected_at_s"] + 0.4, abs=0.25)
     assert injector.times[kill["fault_id"]][0] - t0 == pytest.approx(0.3, abs=0.25)
     assert "healed_at_s" not in isolate and injector.injected == [isolate["fault_id"]]  # healed when the workload ends
@@ -125,3 +129,24 @@ def test_the_run_starts_its_workload_once_every_fault_task_waits(tmp_path, monke
     assert 0.15 < time.monotonic() - started < 2
     control.remove()
     assert not control.dir.exists()
+
+
+def test_a_fault_task_killed_mid_fault_is_healed_by_the_run_at_once(tmp_path, monkeypatch):
+    timeline, injector, t0 = start_run(tmp_path, monkeypatch, [TimelineFault(0.2, FaultSpec("kill", "leader:0"), 60, 0)])
+    task = subprocess.Popen([sys.executable, "-c", "from kafkaproof.run.control import drive_fault; "
+                             "drive_fault('af-test', 0, 10)"], env={**os.environ, "KAFKAPROOF_STATE": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 20
+        while not injector.injected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert injector.injected, "the fault task never had the fault injected"
+        task.kill()  # mid-fault: 60 s before its heal
+        task.wait(5)
+        killed = time.monotonic()
+        while injector.injected and time.monotonic() < killed + 5:
+            time.sleep(0.02)
+    finally:
+        task.kill()
+    assert injector.injected == [] and time.monotonic() - killed < 2  # healed now, not 60 s later
+    (error,) = timeline.run.fault_errors  # the fault did not last as scheduled: the run is no verdict
+    assert f"its fault task (pid {task.pid}) ended before it asked for the heal; the run healed it" in error

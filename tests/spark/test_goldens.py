@@ -18,7 +18,7 @@ from kafkaproof import analysis
 from kafkaproof.verdict.policy import GUARANTEES, load_policy
 from kafkaproof.verdict.validation import format_result, validate
 
-from support import load_analysis_job
+from support import SparkStandalone, load_analysis_job
 
 
 job = load_analysis_job()
@@ -199,3 +199,29 @@ def test_validate_without_analysis_is_an_error(tmp_path):
     assert result.status == "error" and "no analysis" in result.errors[0]
 
 
+
+
+# --------------------------------------------------------------------------- spark: on a real cluster
+
+def _table(path: Path):
+    """A result table in a canonical row order (Spark's partitioning decides the written order)."""
+    frame = pq.read_table(path).to_pandas()
+    return frame.sort_values(list(frame.columns), kind="stable", key=lambda c: c.astype(str)).reset_index(drop=True)
+
+
+@pytest.mark.spark
+def test_a_spark_standalone_cluster_gives_exactly_the_local_results(runs, tmp_path):
+    """The job on a master and a worker (separate JVMs, executors over the network) equals local mode's."""
+    own = golden.needs_analysis(GOLDENS)
+    dirs = {name: GOLDENS[name].write(tmp_path / "runs" / name) for name in own}
+    with SparkStandalone(tmp_path / "spark", cores=2) as spark:
+        analysis.analyze_many(list(dirs.values()), master=spark.url, parallel=2, quiet=True,
+                              extra_conf={"spark.sql.shuffle.partitions": "1", "spark.driver.memory": "2g"})
+        assert spark.apps() == [("kafkaproof-analyze", "FINISHED")]
+    for name in own:
+        here, local = metrics_of(dirs[name]), metrics_of(runs[name])
+        here.pop("job_seconds"), local.pop("job_seconds")
+        assert here == local, name
+        for table in ("anomalies", "values", "timeseries"):
+            assert _table(dirs[name] / "analysis" / f"{table}.parquet").equals(
+                _table(runs[name] / "analysis" / f"{table}.parquet")), f"{name}: {table}"

@@ -5,7 +5,7 @@ the runs its `analyze` task analysed, and prints: the DAG run's wall time; the s
 scenarios' workload phases and the ratio wall ÷ workload; the time by kind of task (cluster
 start, workload runs, teardown, the one Spark analysis, judging), the run phases inside
 `run_workload`, and the time no task was running (Airflow's own overhead); then how late the
-fault tasks' injections landed against their schedule (median, max), the triggered ones apart.
+fault tasks' injections began against their schedule (median, max), the triggered ones apart.
 
     .venv/bin/python bench/night.py [.airflow/last-run.log]
 """

@@ -165,14 +165,15 @@ def drive_fault(control: str, index: int, start_timeout_s: float = 1800.0) -> di
 
 def fault_timing(results: list[dict | None]) -> str | None:
     """One line on the fault tasks of a batch: how many injected, and how late against their schedule
-    the ones at a fixed time landed (a triggered fault waits for a state on purpose); None without any."""
+    the injections of the ones at a fixed time began (a triggered fault waits for a state on purpose);
+    None without any."""
     injected = [r for r in results if r]
     if not injected:
         return None
     late = [r["late_ms"] for r in injected if not r.get("triggered")]
     line = f"fault tasks: {len(injected)} injected"
     if late:
-        line += (f"; the {len(late)} at a fixed time landed {statistics.median(late):.0f} ms late (median), "
+        line += (f"; the {len(late)} at a fixed time began {statistics.median(late):.0f} ms late (median), "
                  f"{max(late):.0f} ms at most")
     if len(late) < len(injected):
         line += f"; {len(injected) - len(late)} waited for their trigger"

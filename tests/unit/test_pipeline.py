@@ -125,7 +125,7 @@ def test_fault_tasks_are_named_after_their_fault_and_time():
 
 def test_fault_timing_leaves_out_triggered_faults():
     results = [{"late_ms": 20.0}, {"late_ms": 40.0}, {"late_ms": 300.0}, {"late_ms": 5000.0, "triggered": True}, None]
-    assert pipeline.fault_timing(results) == ("fault tasks: 4 injected; the 3 at a fixed time landed 40 ms late "
+    assert pipeline.fault_timing(results) == ("fault tasks: 4 injected; the 3 at a fixed time began 40 ms late "
                                               "(median), 300 ms at most; 1 waited for their trigger")
     assert pipeline.fault_timing([{"late_ms": 9.0, "triggered": True}]) == "fault tasks: 1 injected; 1 waited for their trigger"
     assert pipeline.fault_timing([None]) is None

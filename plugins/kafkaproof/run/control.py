@@ -2,10 +2,10 @@
 
 A run started with `RunOptions(control=NAME)` does not time its faults itself: it waits until
 every fault task says it is ready (so a task process that starts slowly cannot make a fault
-late), then announces its start (`start.json`: run id, run directory, the monotonic and wall time of its t0, the
-faults of its timeline) in `<state>/control/<NAME>/`, and injects or heals timeline entry
-`i` when a request file asks for it, answering with an acknowledgement (what the target
-resolved to, when). Each fault task waits for the start, sleeps until its `at`, asks for the
+late), then announces its start (`start.json`: run id, run directory, the monotonic and wall
+time of its t0, the faults of its timeline) in `<state>/control/<NAME>/`, and injects or
+heals timeline entry `i` when a request file asks for it, answering with an acknowledgement
+(what the target resolved to, when the injection began and when it was in effect). Each fault task waits for the start, sleeps until its `at`, asks for the
 injection, waits out the fault's `duration` and asks for the heal. Whatever happens to a
 task, the run heals every fault when its workload ends, and the cluster's teardown heals
 what a crashed run left. Files are written atomically (temporary file, then rename).

@@ -244,9 +244,10 @@ final class ConsumerWorker {
         Progress.counts(b, "positions", positions);
         b.append(",\"client\":\"java\"");
         if (done) {
-            b.append(",\"done\":true");
+            progress.finish(b.append(",\"done\":true}").toString());
+        } else {
+            progress.write(b.append('}').toString());
         }
-        progress.write(b.append('}').toString());
     }
 
     private final class Listener implements ConsumerRebalanceListener {

@@ -388,7 +388,7 @@ final class ProducerWorker {
         sends.close();
         completions.close();
         txns.close();
-        progress.write(progressJson(true));
+        progress.finish(progressJson(true));
         lc.finished();
         long unfinished = sent - completed();
         Log.info("sent " + sent + ", completed " + completed() + (unfinished > 0 ? ", unfinished " + unfinished : "")

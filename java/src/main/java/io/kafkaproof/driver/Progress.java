@@ -17,14 +17,25 @@ final class Progress {
         this.tmp = path.resolveSibling(path.getFileName() + ".tmp");
     }
 
-    /** Writes {@code json} (a complete JSON object) atomically. */
+    private boolean finished;
+
+    /** Writes {@code json} (a complete JSON object) atomically; nothing once the final counts are written. */
     synchronized void write(String json) {
+        if (finished) {
+            return;  // a periodic write built before the final one must not replace it
+        }
         try {
             Files.write(tmp, json.getBytes(StandardCharsets.UTF_8));
             Files.move(tmp, path, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
         } catch (IOException e) {
             Log.warn("could not write " + path + ": " + e);
         }
+    }
+
+    /** Writes the final counts; later writes (a periodic tick racing the worker's end) are ignored. */
+    synchronized void finish(String json) {
+        write(json);
+        finished = true;
     }
 
     /** Appends {@code "name": {k: v, ...}} for a map of counts. */

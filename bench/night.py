@@ -24,12 +24,17 @@ DAG_FINISHED = re.compile(r"DagRun Finished: .* run_duration=([\d.]+), state=(\w
 PHASES = ("provision", "create_topic", "workload", "heal", "settle", "drain", "teardown", "assemble")
 
 
-def task_kind(task_id: str, fault_tasks: set[str]) -> str:
-    leaf = task_id.rsplit(".", 1)[-1]
-    if task_id in fault_tasks:
-        return "fault tasks"
-    return {"provision": "provision (cluster start)", "run_workload": "run_workload", "teardown_cluster": "teardown",
-            "analyze": "analyze (one spark-submit)", "judge": "judge (mapped)"}.get(leaf, leaf)
+GROUP_STEPS = {"provision": "provision (cluster start)", "run_workload": "run_workload",
+               "teardown_cluster": "teardown"}
+OTHER_KINDS = {"analyze": "analyze (one spark-submit)", "judge": "judge (mapped)"}
+
+
+def task_kind(task_id: str) -> str:
+    """What a task is: a step of a scenario group, a fault task (any other task of a group), or its own kind."""
+    group, _, leaf = task_id.rpartition(".")
+    if group:
+        return GROUP_STEPS.get(leaf, "fault tasks")
+    return OTHER_KINDS.get(leaf, leaf)
 
 
 def union_seconds(intervals: list[tuple[datetime, datetime]]) -> float:
@@ -64,11 +69,9 @@ def main() -> int:
         for phase, t in (m.get("timings") or {}).items():
             phases[phase] += t["seconds"]
     workload = phases.get("workload", 0.0)
-    fault_tasks = {tid for tid, _ in tasks if tid.rsplit(".", 1)[-1] not in
-                   ("provision", "run_workload", "teardown_cluster") and "." in tid}
     by_kind: dict[str, float] = defaultdict(float)
     for (tid, _), (_, _, secs, _) in tasks.items():
-        by_kind[task_kind(tid, fault_tasks)] += secs
+        by_kind[task_kind(tid)] += secs
     busy = union_seconds([(a, b) for a, b, _, _ in tasks.values()])
 
     print(f"DAG run: {dag_state} in {wall:.0f} s; {len(manifests)} runs analysed; {len(tasks)} task instances")

@@ -128,15 +128,20 @@ class SparkStandalone:
 
     def __exit__(self, *exc) -> None:
         for proc in reversed(self.procs):
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+            stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """Stop a process started with `start_new_session=True` and everything it started: SIGTERM to its
+    process group, SIGKILL after `grace_s`."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def free_port() -> int:

@@ -4,9 +4,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -21,7 +19,7 @@ from kafkaproof.spec import scenario as scenario_mod
 
 pytestmark = pytest.mark.airflow
 
-from support import REPO, SparkStandalone, free_port  # noqa: E402
+from support import REPO, SparkStandalone, free_port, stop_group, wait_for  # noqa: E402
 
 
 def airflow_env(home: Path, **extra: str) -> dict[str, str]:
@@ -46,20 +44,21 @@ def airflow_home(tmp_path_factory) -> Iterator[Path]:
     with open(home / "api-server.log", "w") as api_log:
         api = subprocess.Popen(["airflow", "api-server", "--apps", "execution", "--port", port], env=env,
                                stdout=api_log, stderr=subprocess.STDOUT, start_new_session=True)
+    health = env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].rstrip("/") + "/health"
+
+    def answers() -> bool:
+        assert api.poll() is None, (home / "api-server.log").read_text()[-3000:]
+        try:
+            urllib.request.urlopen(health, timeout=2).close()
+            return True
+        except OSError:
+            return False
+
     try:
-        health = env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].rstrip("/") + "/health"
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(health, timeout=2).close()
-                break
-            except OSError:
-                assert api.poll() is None and time.monotonic() < deadline, (home / "api-server.log").read_text()[-3000:]
-                time.sleep(0.5)
+        wait_for(answers, 180, f"the api-server's Execution API at {health}")
         yield home
     finally:
-        os.killpg(api.pid, signal.SIGTERM)
-        api.wait(60)
+        stop_group(api, grace_s=60)
         os.environ.pop("AIRFLOW__API__PORT", None)
 
 

@@ -128,6 +128,8 @@ class ScenarioRun:
         self.fault_errors: list[str] = []
         self.audit_marks: dict[str, dict] = {}
         self.audit_rows: list[dict] = []
+        # fault tasks of another process time the faults through this (run/control.py)
+        self.control = RunControl(options.control) if options.control else None
         self.sampler: SnapshotSampler | None = None
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
@@ -182,8 +184,8 @@ class ScenarioRun:
                                  audit=audit_summary(self.audit_marks),
                                  fault_errors=self.fault_errors)
             ledger.write_manifest(self.run_dir, self.manifest)
-            if self.options.control:  # fault tasks still waiting give up at once
-                RunControl(self.options.control).finish(status)
+            if self.control:  # fault tasks still waiting give up at once
+                self.control.finish(status)
         log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
                  f" ({error})" if error else "", self.run_dir)
         return RunResult(self.run_id, self.run_dir, status, error)
@@ -301,8 +303,8 @@ class ScenarioRun:
             for i in range(cons["count"]):
                 workers.start_consumer(i, consumer_spec)
             t0 = time.monotonic()
-            control = self._announce_start(t0)
-            timeline = Timeline(self, injector, workers, t0, events, control)
+            self._announce_start(t0)
+            timeline = Timeline(self, injector, workers, t0, events, self.control)
             stack.callback(timeline.stop)
             timeline.start()
             producers_started = False
@@ -337,20 +339,17 @@ class ScenarioRun:
         sampler.stop()
 
     def _await_fault_tasks(self) -> None:
-        """With fault tasks (`options.control`): start the workload once every one of them waits for it."""
-        if self.options.control:
-            RunControl(self.options.control).wait_ready([e.index for e in self.scenario.timeline()],
-                                                        FAULT_TASKS_START_S)
+        """With fault tasks: start the workload once every one of them waits for it."""
+        if self.control:
+            self.control.wait_ready([e.index for e in self.scenario.timeline()], FAULT_TASKS_START_S)
 
-    def _announce_start(self, t0: float) -> RunControl | None:
-        """With fault tasks (`options.control`): the start mark they time their faults from."""
-        if not self.options.control:
-            return None
-        control = RunControl(self.options.control)
-        faults = [{"index": e.index, "at": e.at, "duration": e.duration, "describe": e.describe(),
-                   "trigger_timeout_s": e.trigger_timeout_s if e.after else 0.0} for e in self.scenario.timeline()]
-        control.announce_start(self.run_id, self.run_dir, int(t0 * 1e9), time.time(), faults)
-        return control
+    def _announce_start(self, t0: float) -> None:
+        """With fault tasks: the start mark they time their faults from."""
+        if self.control:
+            faults = [{"index": e.index, "at": e.at, "duration": e.duration, "describe": e.describe(),
+                       "trigger_timeout_s": e.trigger_timeout_s if e.after else 0.0}
+                      for e in self.scenario.timeline()]
+            self.control.announce_start(self.run_id, self.run_dir, int(t0 * 1e9), time.time(), faults)
 
     def _check_producers(self, workers: Workers) -> None:
         """A producer that crashed did not send what the scenario says: the run cannot pass."""

@@ -4,7 +4,8 @@ Reads the log `make run` keeps (`.airflow/last-run.log`, or the path given) and 
 the runs its `analyze` task analysed, and prints: the DAG run's wall time; the sum of the
 scenarios' workload phases and the ratio wall ÷ workload; the time by kind of task (cluster
 start, workload runs, teardown, the one Spark analysis, judging), the run phases inside
-`run_workload`, and the time no task was running (Airflow's own overhead); then how late the
+`run_workload`, the time no task was running (Airflow's own overhead) and how many runs had a
+fresh cluster or a reused one; then how late the
 fault tasks' injections began against their schedule (median, max), the triggered ones apart.
 
     .venv/bin/python bench/night.py [.airflow/last-run.log]
@@ -85,6 +86,8 @@ def main() -> int:
         if phase in phases:
             print(f"  {phase:<28} {phases[phase]:7.0f} s")
     print(f"\nno task running (Airflow scheduling, task start-up): {wall - busy:.0f} s of {wall:.0f} s")
+    reused = sum(1 for m in manifests if (m.get("cluster_reuse") or {}).get("reused"))
+    print(f"clusters: {len(manifests) - reused} started fresh, {reused} runs on a cluster reused (checked clean)")
 
     timing = re.findall(r"(fault tasks: \d+ injected[^\[\n]*[^\s\[])", text)
     if timing:

@@ -2,7 +2,8 @@
 
 Thin by design: every task calls `kafkaproof.pipeline`. Every DAG has one shape: the scenarios
 run one after another (provision → run → teardown, one cluster at a time; in the nightly DAG
-each fault of a scenario is a task of its own beside the workload), then one
+each fault of a scenario is a task of its own beside the workload, and scenarios asking for the
+same cluster run next to each other on one cluster, checked clean before each reuse), then one
 SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
 then each run is judged (validate → compare with history → report, mapped per scenario), then
 the gate (or the version comparison).
@@ -29,6 +30,8 @@ POOL = "kafka_cluster"  # one slot: two clusters must not share this host
 NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
 SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
+# Scenarios asking for the same cluster share one, checked clean before each reuse (`pipeline.provision`).
+REUSE_CLUSTERS = os.environ.get("KAFKAPROOF_REUSE_CLUSTERS", "true").lower() not in ("0", "false", "no")
 FAULT_START_TIMEOUT_S = 900  # a fault task waits this long for its workload to start
 DEFAULT_ARGS = {"retries": 0, "execution_timeout": timedelta(minutes=30)}
 KAFKA_CONN_PARAM = Param(None, type=["null", "string"],
@@ -66,12 +69,14 @@ def _group_id(name: str) -> str:
     return name.replace("-", "_")
 
 
-def scenario_group(scenario: Scenario):
+def scenario_group(scenario: Scenario, keep_for_next: bool = False):
     """provision (setup) → run_workload beside one task per fault of its timeline → teardown (always).
 
     Returns the group, its run task's id and its fault tasks' ids. The fault tasks time the
     scenario's faults from the workload's start (`pipeline.drive_fault`); they need an executor that
-    runs tasks concurrently, and stay out of the one-slot cluster pool the workload holds.
+    runs tasks concurrently, and stay out of the one-slot cluster pool the workload holds. With
+    `keep_for_next` (the next group asks for the same cluster) and the `reuse_clusters` param, the
+    teardown keeps the cluster for it; the next provision checks it (`pipeline.provision`).
     """
     scenario_name, gid = scenario.name, _group_id(scenario.name)
     fault_ids = pipeline.fault_task_ids(scenario)
@@ -93,8 +98,11 @@ def scenario_group(scenario: Scenario):
             control = pipeline.fault_control(_batch_id(), gid) if fault_ids else None
             if bootstrap:
                 return {"cluster": None, "bootstrap": bootstrap, "scenario": resolved.to_json(), "control": control}
-            name = pipeline.cluster_name_for(_batch_id(), gid)
-            return {**pipeline.provision(resolved, name), "scenario": resolved.to_json(), "control": control}
+            reuse = bool(params.get("reuse_clusters"))
+            name = (pipeline.shared_cluster_name(_batch_id(), resolved) if reuse
+                    else pipeline.cluster_name_for(_batch_id(), gid))
+            return {**pipeline.provision(resolved, name, reuse=reuse), "scenario": resolved.to_json(),
+                    "control": control, "reuse": reuse}
 
         @task(pool=POOL)
         def run_workload(cluster: dict) -> dict:
@@ -118,7 +126,8 @@ def scenario_group(scenario: Scenario):
         @task(pool=POOL)
         def teardown_cluster(cluster: dict) -> None:
             if cluster:
-                pipeline.teardown(cluster.get("cluster"), cluster.get("control"))
+                pipeline.teardown(cluster.get("cluster"), cluster.get("control"),
+                                  keep=keep_for_next and bool(cluster.get("reuse")))
 
         cluster = provision()
         faults = [fault_task(task_id, entry.index)(cluster)
@@ -221,10 +230,15 @@ def chain_groups(groups: list) -> None:
              "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
              "brokers": BROKERS_PARAM,
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
-             "kafka_conn_id": KAFKA_CONN_PARAM})
+             "kafka_conn_id": KAFKA_CONN_PARAM,
+             "reuse_clusters": Param(REUSE_CLUSTERS, type="boolean",
+                                     description="run scenarios that ask for the same cluster on one cluster, "
+                                                 "each checked clean before it is reused (reports say so)")})
 def kafka_reliability_nightly():
-    scenarios = pipeline.suite(NIGHTLY_SUITE)
-    built = [scenario_group(s) for s in scenarios]
+    scenarios = pipeline.reuse_order(pipeline.suite(NIGHTLY_SUITE))
+    keys = [pipeline.cluster_key(s) for s in scenarios]
+    built = [scenario_group(s, keep_for_next=i + 1 < len(keys) and keys[i + 1] == keys[i])
+             for i, s in enumerate(scenarios)]
     groups = [group for group, _, _ in built]
     chain_groups(groups)
     collected, summaries = judged([{"scenario": s.name, "task_id": run_task}

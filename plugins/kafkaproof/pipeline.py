@@ -8,7 +8,9 @@ travels through XCom as `Scenario.to_json()`.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 import os
 import statistics
@@ -91,15 +93,99 @@ def wait_for_exclusive_host(own: str, timeout_s: float = 1800) -> None:
         time.sleep(5)
 
 
-def provision(scenario: Scenario, cluster_name: str) -> dict:
-    """Start the local cluster a resolved scenario asks for; returns its name and bootstrap servers."""
-    if cluster_name in state.list_clusters():
-        attach(cluster_name).down()  # a retry of this task: start clean
-    wait_for_exclusive_host(cluster_name)
+def _cluster_config(scenario: Scenario, cluster_name: str):
     data = apply_overrides(scenario.data, environment_overrides(os.environ))  # as the run will see it
-    cluster = LocalCluster.up(cluster_config(data, cluster_name))
+    return cluster_config(data, cluster_name)
+
+
+def cluster_key(scenario: Scenario) -> str:
+    """What makes two resolved scenarios' clusters the same (version, nodes, settings, proxy), as a short hash."""
+    config = dataclasses.asdict(_cluster_config(scenario, "-"))
+    config.pop("name")
+    return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def shared_cluster_name(batch_id: str, scenario: Scenario) -> str:
+    """The cluster name every scenario of a batch asking for the same cluster uses (so one can reuse it)."""
+    return cluster_name_for(batch_id, f"cluster/{cluster_key(scenario)}")
+
+
+def reuse_order(scenarios: list[Scenario]) -> list[Scenario]:
+    """The scenarios with those asking for the same cluster next to each other (first come, order kept)."""
+    keys = [cluster_key(s) for s in scenarios]
+    first = {k: keys.index(k) for k in keys}
+    return [s for _, _, s in sorted(zip((first[k] for k in keys), range(len(keys)), scenarios))]
+
+
+def release_kept_clusters(but: str | None = None) -> list[str]:
+    """Tear down every cluster kept for reuse (idle by definition: a kept cluster runs nothing), except `but`."""
+    released = []
+    for name in state.list_clusters():
+        if name == but:
+            continue
+        try:
+            kept = state.load_state(name).get("kept")
+        except (ClusterError, OSError, ValueError):
+            continue
+        if kept:
+            log.info("tearing down cluster %s, kept for reuse since %s and not reused",
+                     name, time.strftime("%H:%M:%S", time.localtime(kept["at"])))
+            attach(name).down(keep_logs=False, graceful=False)
+            released.append(name)
+    return released
+
+
+def provision(scenario: Scenario, cluster_name: str, reuse: bool = False) -> dict:
+    """Start the local cluster a resolved scenario asks for; returns its name, bootstrap servers and
+    whether it was reused.
+
+    With `reuse`, the cluster of that name an earlier scenario kept (`teardown(keep=True)`) runs this
+    one too when `isolation_problems` finds nothing of the earlier runs on it (waiting up to
+    `REUSE_SETTLE_S` for partitions to get back in sync); otherwise, or when it is not a kept cluster
+    (a retry of this task), it goes and a fresh one starts. The cluster's state records which
+    scenarios ran on it and what was checked; the run puts that in its manifest and report.
+    """
+    release_kept_clusters(but=cluster_name if reuse else None)
+    config = _cluster_config(scenario, cluster_name)
+    reused = None
+    if cluster_name in state.list_clusters():
+        cluster = attach(cluster_name)
+        if reuse and cluster.state().get("kept"):
+            reused = _check_reuse(cluster, scenario)
+        if reused is None:
+            cluster.down()  # a retry of this task, or a cluster not as good as fresh: start clean
+    if reused is None:
+        wait_for_exclusive_host(cluster_name)
+        cluster = LocalCluster.up(config)
+        reused = {"reused": False, "runs_before": []}
+    with state.update_state(cluster_name) as st:
+        st["kept"] = None
+        st["reuse"] = reused
+        st["runs"] = [*reused["runs_before"], scenario.name]
     return {"cluster": cluster_name, "bootstrap": cluster.bootstrap_servers(),
-            "kafka_version": scenario.data["cluster"]["kafka_version"]}
+            "kafka_version": scenario.data["cluster"]["kafka_version"], "reused": reused["reused"]}
+
+
+REUSE_SETTLE_S = 30.0  # how long a kept cluster may take to get every partition back in sync
+
+
+def _check_reuse(cluster, scenario: Scenario) -> dict | None:
+    """The reuse record when nothing of the earlier runs is left on a kept cluster, else None (said why)."""
+    from .cluster.isolation import isolation_problems, survey, transient
+    topic, group = scenario.topic, scenario.data["consumers"].get("group")
+    deadline = time.monotonic() + REUSE_SETTLE_S
+    while True:
+        left = survey(cluster, topic, group)
+        problems = isolation_problems(left, topic, group)
+        if not problems:
+            runs = cluster.state().get("runs") or []
+            log.info("reusing cluster %s (after %s): nothing of the earlier runs left on it", cluster.name,
+                     ", ".join(runs))
+            return {"reused": True, "runs_before": runs, "checked_at": time.time(), "leftovers": left.to_json()}
+        if not transient(left, topic, group) or time.monotonic() > deadline:
+            log.warning("not reusing cluster %s: %s", cluster.name, "; ".join(problems))
+            return None
+        time.sleep(1.0)
 
 
 def run(scenario: Scenario, out: str | None = None, cluster_name: str | None = None,
@@ -117,10 +203,18 @@ def run(scenario: Scenario, out: str | None = None, cluster_name: str | None = N
             "scenario": scenario.name}
 
 
-def teardown(cluster_name: str | None, control: str | None = None) -> None:
-    """Tear a pipeline cluster down and forget its fault tasks' control directory (idempotent)."""
+def teardown(cluster_name: str | None, control: str | None = None, keep: bool = False) -> None:
+    """Tear a pipeline cluster down — or with `keep`, stop what the run left and keep the cluster for the
+    next scenario (`provision(reuse=True)` checks it) — and forget the fault tasks' control directory."""
     if cluster_name and cluster_name in state.list_clusters():
-        attach(cluster_name).down(keep_logs=False, graceful=False)
+        cluster = attach(cluster_name)
+        if keep:
+            cluster.release_run()
+            with state.update_state(cluster_name) as st:
+                st["kept"] = {"at": time.time()}
+            log.info("cluster %s kept for the next scenario", cluster_name)
+        else:
+            cluster.down(keep_logs=False, graceful=False)
     if control:
         from .run.control import RunControl
         RunControl(control).remove()

@@ -15,6 +15,7 @@ import yaml
 
 from kafkaproof.verdict import history
 from kafkaproof.cluster import state
+from kafkaproof.spec import ledger
 from kafkaproof.spec import scenario as scenario_mod
 
 pytestmark = pytest.mark.airflow
@@ -92,6 +93,9 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     assert "baseline.teardown_cluster" in tasks["consumer_crash_commit_before.provision"].upstream_task_ids
     last = [t for t in tasks if t.endswith(".teardown_cluster")][-1]
     assert last in tasks["collect_runs"].upstream_task_ids
+    # scenarios asking for the same cluster run next to each other (and share it, checked, by default)
+    assert nightly.params["reuse_clusters"] is True
+    assert "e6_rf3_min_isr_2.teardown_cluster" in tasks["e1_two_nodes_no_failover.provision"].upstream_task_ids
     for dag_id in ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check"):
         dag_tasks = {t.task_id: t for t in bag.get_dag(dag_id).tasks}
         # one spark-submit per DAG run, through the operator spark_default configures
@@ -153,6 +157,12 @@ def test_smoke_suite_passes_end_to_end(airflow_home, tmp_path):
     assert {row["verdict"] for row in rows} == {"pass"}  # the negative control passes by being detected
     for row in rows:
         assert Path(row["report"]).exists()
+    # both ask for the same cluster: the second ran on the first one's, checked clean, and says so
+    manifests = [ledger.read_manifest(d) for d in runs.iterdir() if (d / "manifest.json").exists()]
+    reuse = {m["scenario_name"]: m["cluster_reuse"] for m in manifests}
+    assert reuse["baseline"] == {"reused": False, "runs_before": []}
+    assert reuse["consumer-crash-commit-before"]["reused"] is True
+    assert reuse["consumer-crash-commit-before"]["runs_before"] == ["baseline"]
     assert not [n for n in state.list_clusters() if n.startswith("af-")]
 
 

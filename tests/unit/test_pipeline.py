@@ -129,3 +129,19 @@ def test_fault_timing_leaves_out_triggered_faults():
                                               "(median), 300 ms at most; 1 waited for their trigger")
     assert pipeline.fault_timing([{"late_ms": 9.0, "triggered": True}]) == "fault tasks: 1 injected; 1 waited for their trigger"
     assert pipeline.fault_timing([None]) is None
+
+
+def test_scenarios_asking_for_the_same_cluster_share_a_name_and_run_next_to_each_other(tmp_path):
+    from kafkaproof.spec.scenario import Scenario, validate_document
+
+    def scn(name, **cluster):
+        doc = {"name": name, "guarantee": "at-least-once", "producers": {"messages": 10},
+               "topic": {"replication_factor": 1}, "cluster": cluster}
+        return Scenario(name, None, validate_document(doc, name))
+
+    a, b, c, d = scn("a"), scn("b", brokers=1), scn("c"), scn("d", brokers=3, config={"num.io.threads": 4})
+    assert pipeline.cluster_key(a) == pipeline.cluster_key(c) != pipeline.cluster_key(b)
+    assert pipeline.cluster_key(d) != pipeline.cluster_key(a)
+    assert pipeline.shared_cluster_name("n/1", a) == pipeline.shared_cluster_name("n/1", c)
+    assert pipeline.shared_cluster_name("n/1", a) != pipeline.shared_cluster_name("n/2", a)
+    assert [s.name for s in pipeline.reuse_order([a, b, c, d, scn("e", brokers=1)])] == ["a", "c", "b", "e", "d"]

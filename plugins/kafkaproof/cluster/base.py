@@ -49,6 +49,12 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         except Exception as e:  # keep tearing down; the nodes and proxies go anyway
             log.warning("healing faults during teardown: %s", e)
 
+    def release_run(self) -> None:
+        """What a run leaves behind goes, the cluster stays: its workers stopped, its faults healed (nodes
+        a fault stopped are started again), for the next run to use the cluster."""
+        procs.stop_for_cluster(self.name)
+        heal_recorded(self, restart_nodes=True)
+
     def unsupported_reason(self, kind: str) -> str:
         """Why this backend cannot inject a fault of `kind`, and what would."""
         return f"{kind!r} is not supported by the {self.backend} cluster backend"

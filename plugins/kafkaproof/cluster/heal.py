@@ -22,7 +22,7 @@ from . import network
 
 log = logging.getLogger(__name__)
 
-_PROXY_RULE_ID_RE = re.compile(r"^(" + "|".join(PROXY_KINDS) + r")-[0-9a-f]{8}$")
+PROXY_RULE_ID_RE = re.compile(r"^(" + "|".join(PROXY_KINDS) + r")-[0-9a-f]{8}$")
 
 
 def now() -> tuple[int, str]:
@@ -144,7 +144,7 @@ def heal_recorded(cluster, restart_nodes: bool = True) -> list[str]:
             continue
         try:
             for r in client.rules():
-                if _PROXY_RULE_ID_RE.match(str(r.get("id"))):
+                if PROXY_RULE_ID_RE.match(str(r.get("id"))):
                     client.remove_rule(r["id"])
         except Exception as e:  # a proxy that cannot be reached is stopped by `down` anyway
             log.warning("could not clear leftover rules of node %d's proxy: %s", nid, e)

@@ -203,6 +203,18 @@ def qdisc_stats_from_json(text: str) -> dict[str, int]:
     return out
 
 
+def tc_limited(link: NodeLink) -> bool:
+    """Whether a token bucket of ours still limits a node's link (at either end)."""
+    import json
+    _check_name(link.namespace)
+    for cmd in (["ip", "netns", "exec", link.namespace, "tc", "-j", "qdisc", "show", "dev", "eth0"],
+                ["tc", "-j", "qdisc", "show", "dev", link.veth_host]):
+        proc = run(cmd, check=False)
+        if proc.returncode == 0 and any(q.get("kind") == "tbf" for q in json.loads(proc.stdout or "[]")):
+            return True
+    return False
+
+
 def tc_clear(link: NodeLink) -> None:
     """Remove our bandwidth limits from a node's link."""
     _check_name(link.namespace)

@@ -128,13 +128,19 @@ def batch_rows(summaries: Sequence[Mapping[str, Any]], previous: Mapping[tuple[s
         expect = "pass" if (s.get("expect") or "pass") == "pass" else "negative control"
         name = link(rel_href(report, here), s["scenario"]) if report else esc(s["scenario"])
         rows.append((
-            name + tag("div", s.get("run_id") or "no run", class_="detail"),
+            name + tag("div", (s.get("run_id") or "no run") + reused_note(s), class_="detail"),
             s.get("kafka_version") or "–", f"{s.get('guarantee') or '–'} / {expect}", badge(s.get("verdict")),
             Markup(tag("span", text, class_=f"chg {cls}") + prev_link),
             problems_cell(summary_problems(s) + summary_notes(s)),
             nonzero_anomalies(s), fmt_num(k["recovery_s"], 1, "s"), fmt_ms(k["p99_ms"]),
             link(rel_href(report, here), "report") if report else "no report"))
     return rows
+
+
+def reused_note(s: Mapping[str, Any]) -> str:
+    """Pure: ' · cluster reused after N scenarios' when the run had a cluster earlier scenarios used."""
+    before = s.get("reused_after") or []
+    return f" · cluster reused after {plural(len(before), 'scenario')}" if before else ""
 
 
 def problems_cell(problems: Sequence[str]) -> Markup:

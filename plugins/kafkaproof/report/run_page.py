@@ -308,6 +308,7 @@ def section_environment(v: RunView) -> Markup:
               [("host", f"{(m.get('host') or {}).get('hostname', '?')}, {(m.get('host') or {}).get('cpus', '?')} CPUs"),
                ("bootstrap", m.get("bootstrap") or cluster.get("bootstrap_servers") or "–"),
                ("cluster id", cluster.get("cluster_id") or "–"),
+               *([("cluster", reuse_text(m["cluster_reuse"]))] if m.get("cluster_reuse") else []),
                ("network", cluster.get("network") or "–")])
     nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, Mapping)]
     node_table = table(["node", "roles", "address", "namespace", "state at the end"],
@@ -318,6 +319,19 @@ def section_environment(v: RunView) -> Markup:
     out.append(tag("div", [tag("div", [left, timings], class_="card"),
                            tag("div", [node_table, topic_table(m)], class_="card")], class_="grid2"))
     return join(out)
+
+
+def reuse_text(reuse: Mapping[str, Any]) -> str:
+    """Pure: whether the run had a fresh cluster, or one earlier scenarios of the batch used, and what was
+    checked before it was reused."""
+    before = list(reuse.get("runs_before") or [])
+    if not reuse.get("reused"):
+        return "fresh, started for this run"
+    left = reuse.get("leftovers") or {}
+    return (f"reused after {', '.join(before)} (same batch, same cluster settings); checked before this run: every node "
+            f"{'and proxy ' if left.get('proxy_states') else ''}running, no fault, nftables table, bandwidth "
+            f"limit or proxy rule left, all {left.get('partitions', '?')} partitions in sync, no run's worker "
+            f"alive, no consumer group with members, this run's topic and group new")
 
 
 def topic_table(m: Mapping[str, Any]) -> Markup:

@@ -36,7 +36,7 @@ from ..spec.scenario import Scenario
 from .assemble import (assemble_consumer_tables, assemble_sends, collect_proxy_events, fault_rows,
                        proxy_event_rows)
 from .control import RunControl
-from .drain import audit_summary, drain, high_watermarks
+from .drain import audit_summary, committed_offsets, drain, high_watermarks
 from .sampler import SnapshotSampler
 from .timeline import Timeline
 from .workers import WorkerEvents, Workers
@@ -85,16 +85,11 @@ def versions(kafka_version: str | None) -> dict[str, str | None]:
             "pyarrow": pa.__version__, "kafkaproof": __version__}
 
 
-# --- worker processes ------------------------------------------------------------
-
-
-# --- cluster snapshots -----------------------------------------------------------
-
-
-# --- drain -----------------------------------------------------------------------
-
-
-# --- assembling the ledger -------------------------------------------------------
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 # --- the run ---------------------------------------------------------------------
@@ -131,6 +126,7 @@ class ScenarioRun:
         # fault tasks of another process time the faults through this (run/control.py)
         self.control = RunControl(options.control) if options.control else None
         self.sampler: SnapshotSampler | None = None
+        self.node_log_start: dict[int, int] = {}  # where this run's lines begin in each node's server.log
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
             "run_id": self.run_id, "scenario": self.scenario.data, "scenario_name": self.scenario.name,
@@ -197,6 +193,11 @@ class ScenarioRun:
             with self.phase("provision"):
                 self.cluster = attach(self.options.cluster_name)
                 self._refuse_unsupported(self.cluster.supported_faults, self.cluster.backend)
+                reuse = self.cluster.state().get("reuse")
+                if reuse is not None:  # a pipeline's cluster: fresh, or kept from earlier scenarios and checked
+                    self.manifest["cluster_reuse"] = reuse
+                self.node_log_start = {nid: _size(self.cluster.node_dir(nid) / "server.log")
+                                       for nid in self.cluster.node_ids()}  # earlier runs' lines stay out
                 self.cluster.wait_ready(60)
                 if data["cluster"].get("proxy") and not self.cluster.has_proxy:
                     raise KafkaproofError(f"the scenario needs the fault proxy but cluster "
@@ -260,7 +261,10 @@ class ScenarioRun:
         for nid in self.cluster.node_ids():
             src = self.cluster.node_dir(nid) / "server.log"
             if src.exists():
-                shutil.copy(src, logs / f"node-{nid}.log")
+                start = self.node_log_start.get(nid, 0)
+                with open(src, "rb") as f, open(logs / f"node-{nid}.log", "wb") as out:
+                    f.seek(start if start <= _size(src) else 0)  # a shorter log was started anew
+                    shutil.copyfileobj(f, out)
 
     def _teardown(self) -> None:
         with self.phase("teardown"):
@@ -375,11 +379,25 @@ class ScenarioRun:
             positions = workers.consumer_positions()
             behind = {p: hw for p, hw in marks.items() if positions.get(p, -1) < hw}
             if not behind:
-                time.sleep(self.scenario.data["drain"]["settle_s"])  # let the last commits land
+                self._wait_commits(marks, min(limit, time.monotonic() + self.scenario.data["drain"]["settle_s"]))
                 return
             time.sleep(0.5)
         log.warning("[%s] consumers did not reach the end of partitions %s within %ss",
                     self.scenario.name, sorted(behind), self.scenario.data["drain"]["timeout_s"])
+
+    def _wait_commits(self, marks: dict[int, int], until: float) -> None:
+        """Let the last commits land: until the group's committed offsets reach the high watermarks, at
+        most `drain.settle_s` (a commit strategy or a transaction marker that leaves them short waits it out)."""
+        group = self.scenario.data["consumers"]["group"]
+        while True:
+            committed = committed_offsets(self.direct_bootstrap, group, self.scenario.topic)
+            if all(committed.get(p, -1) >= hw for p, hw in marks.items()):
+                return
+            if time.monotonic() >= until:
+                log.info("[%s] committed offsets %s short of the high watermarks %s after settle_s",
+                         self.scenario.name, committed, marks)
+                return
+            time.sleep(0.2)
 
     def _show_progress(self, workers: Workers, elapsed: float, timeline: "Timeline") -> None:
         p = workers.progress()

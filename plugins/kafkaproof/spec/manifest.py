@@ -51,6 +51,12 @@ class Manifest:
         return dict(self._get("scenario") or {})
 
     @property
+    def reused_after(self) -> list[str]:
+        """The scenarios that ran on the cluster before this run, when a pipeline reused it ([] when fresh)."""
+        reuse = self._get("cluster_reuse") or {}
+        return list(reuse.get("runs_before") or []) if reuse.get("reused") else []
+
+    @property
     def scenario_name(self) -> str | None:
         return self._get("scenario_name") or self.scenario.get("name")
 

@@ -36,6 +36,7 @@ class ScenarioSummary:
     error: str | None = None
     report: str | None = None
     metrics: dict = field(default_factory=dict)
+    reused_after: list[str] = field(default_factory=list)  # the cluster ran these scenarios first
 
 
 def judge_run(run_dir: str | Path | None, scenario: str | None = None, error: str | None = None) -> ScenarioSummary:
@@ -53,7 +54,7 @@ def judge_run(run_dir: str | Path | None, scenario: str | None = None, error: st
         return ScenarioSummary(scenario or rd.name, None, str(rd), "error", error=str(e))
     summary = ScenarioSummary(scenario or manifest.scenario_name or rd.name, manifest.run_id, str(rd), "error",
                               guarantee=manifest.guarantee, expect=manifest.expect_outcome,
-                              kafka_version=manifest.kafka_version)
+                              kafka_version=manifest.kafka_version, reused_after=manifest.reused_after)
     result_path = rd / "validation" / "result.json"
     metrics_path = rd / "analysis" / "metrics.json"
     report = rd / "report" / "index.html"

@@ -246,6 +246,11 @@ def test_batch_helpers():
     assert batch_page.pick_previous(rows, "b2", {"c"}, "c")["run_id"] == "b"
     assert batch_page.pick_previous(rows, "b1", {"b"}, "b")["run_id"] == "a"
     assert batch_page.pick_previous(rows, "b0", {"a"}, "a") is None
+    assert batch_page.reused_note({"reused_after": ["a", "b"]}) == " · cluster reused after 2 scenarios"
+    assert batch_page.reused_note({"reused_after": []}) == ""
+    assert run_page.reuse_text({"reused": False, "runs_before": []}) == "fresh, started for this run"
+    text = run_page.reuse_text({"reused": True, "runs_before": ["baseline"], "leftovers": {"partitions": 53}})
+    assert text.startswith("reused after baseline") and "all 53 partitions in sync" in text
     assert svg.nice_ticks(0, 7, 4) == [0, 2, 4, 6]
     assert svg.place_labels([(0, 50), (20, 80), (60, 90), (100, 120)]) == [0, 1, 0, 0]
 

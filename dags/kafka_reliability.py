@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from kafkaproof import pipeline
 from kafkaproof.analysis import spark_conf
 from kafkaproof.errors import ScenarioError
+from kafkaproof.spec.cluster import CLUSTER_BACKENDS
 from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
 
@@ -39,6 +40,9 @@ KAFKA_CONN_PARAM = Param(None, type=["null", "string"],
                                      "bootstrap.servers); `bootstrap` wins when both are set")
 BROKERS_PARAM = Param(None, type=["null", "integer"], minimum=1, maximum=MAX_BROKERS,
                       description="override cluster.brokers (empty: as each scenario says; local cluster only)")
+BACKEND_PARAM = Param(None, type=["null", "string"], enum=[None, *CLUSTER_BACKENDS],
+                      description="override cluster.backend (empty: as each scenario says): local (Kafka JVMs on "
+                                  "the worker) or compose (containers of a Docker Compose project, compose/)")
 
 
 def _batch_id() -> str:
@@ -92,7 +96,7 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
             (scn,) = pipeline.suite(names=[scenario_name])
             try:
                 resolved = pipeline.resolve(scn, params.get("messages"), params.get("kafka_version"),
-                                            params.get("brokers"), bootstrap)
+                                            params.get("brokers"), bootstrap, params.get("cluster_backend"))
             except ScenarioError as e:  # an error verdict that says why, and no cluster
                 return {"cluster": None, "bootstrap": None, "error": str(e)}
             control = pipeline.fault_control(_batch_id(), gid) if fault_ids else None
@@ -231,6 +235,7 @@ def chain_groups(groups: list) -> None:
              "brokers": BROKERS_PARAM,
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
              "kafka_conn_id": KAFKA_CONN_PARAM,
+             "cluster_backend": BACKEND_PARAM,
              "reuse_clusters": Param(REUSE_CLUSTERS, type="boolean",
                                      description="run scenarios that ask for the same cluster on one cluster, "
                                                  "each checked clean before it is reused (reports say so)")})
@@ -266,7 +271,7 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
     return _report_run(pipeline.run_scenario(
         scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
         messages=params.get("messages"), bootstrap=existing_cluster(params), label=label,
-        brokers=params.get("brokers")))
+        brokers=params.get("brokers"), backend=params.get("cluster_backend")))
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
@@ -279,7 +284,8 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
              "messages": Param(None, type=["null", "integer"], minimum=1, description="message scale (per producer)"),
              "bootstrap": Param(None, type=["null", "string"],
                                 description="empty: embedded local cluster; else bootstrap servers of an existing cluster"),
-             "kafka_conn_id": KAFKA_CONN_PARAM})
+             "kafka_conn_id": KAFKA_CONN_PARAM,
+             "cluster_backend": BACKEND_PARAM})
 def kafka_reliability_manual():
     @task
     def chosen() -> list[dict]:
@@ -299,7 +305,8 @@ def kafka_reliability_manual():
              "current_version": Param(PRODUCTION_KAFKA_VERSION, type="string"),
              "candidate_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
              "brokers": BROKERS_PARAM,
-             "messages": Param(None, type=["null", "integer"], minimum=1)})
+             "messages": Param(None, type=["null", "integer"], minimum=1),
+             "cluster_backend": BACKEND_PARAM})
 def kafka_upgrade_check():
     @task
     def matrix() -> list[dict]:

@@ -37,15 +37,16 @@ def _positive_int(text: str) -> int:
 # --- cluster -----------------------------------------------------------------
 
 def cmd_cluster_up(args) -> int:
-    from .cluster import ClusterConfig, ExternalCluster, LocalCluster
+    from .cluster import ClusterConfig, ExternalCluster, start_cluster
     if args.bootstrap:
         cluster = ExternalCluster.up(args.bootstrap, args.name)
         print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())
         return 0
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
-                        network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy)
-    cluster = LocalCluster.up(cfg)
+                        network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy,
+                        backend=args.backend)
+    cluster = start_cluster(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
     else:
@@ -169,7 +170,7 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
                                          kafka_version=args.kafka_version, brokers=args.brokers,
-                                         bootstrap=args.bootstrap)).execute()
+                                         bootstrap=args.bootstrap, backend=args.backend)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
 
@@ -182,7 +183,7 @@ def cmd_batch(args) -> int:
         raise ScenarioError(f"no scenario has the tag {args.tag!r}: see `kafkaproof scenario list`")
     batch_id = args.batch_id or f"cli/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     result = pipeline.run_batch(scenarios, batch_id, messages=args.messages, kafka_version=args.kafka_version,
-                                brokers=args.brokers)
+                                brokers=args.brokers, backend=args.backend)
     for s in result.summaries:
         notes = "; ".join((s.get("regressions") or []) + [f"warning: {w}" for w in s.get("warnings") or []])
         print(f"  {s['scenario']:<48} {s['verdict']:<6} {notes}")
@@ -263,7 +264,7 @@ def cmd_history(args) -> int:
 # --- parser ------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from .spec.cluster import JIT_MODES
+    from .spec.cluster import CLUSTER_BACKENDS, JIT_MODES
     from .spec.versions import DEFAULT_KAFKA_VERSION
     p = argparse.ArgumentParser(prog="kafkaproof", description="Reliability tests for Apache Kafka.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -286,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--jit", choices=list(JIT_MODES), default="quick",
                     help="quick: C1 JIT only, nodes start in about half the time (default); "
                          "full: the JVM's default tiered compilation, for long or heavy runs")
+    up.add_argument("--backend", choices=list(CLUSTER_BACKENDS), default="local",
+                    help="local: Kafka JVMs on this host (default); compose: containers of a Docker Compose "
+                         "project (compose/; 2 or 3 combined nodes, or 3 brokers with 1 controller)")
     up.add_argument("--proxy", action="store_true",
                     help="a Kafka-aware fault proxy in front of each broker on the client path "
                          "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole)")
@@ -329,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--messages", type=_positive_int, help="override producers.messages")
     rn.add_argument("--kafka-version", help="override cluster.kafka_version")
     rn.add_argument("--brokers", type=_positive_int, help="override cluster.brokers (local cluster only)")
+    rn.add_argument("--backend", choices=list(CLUSTER_BACKENDS),
+                    help="override cluster.backend: local (JVMs here) or compose (containers, compose/)")
     rn.add_argument("--bootstrap", help="use an existing cluster instead of a local one: proxy and consumer "
                                         "faults only (proxies are started on this host when the scenario needs them)")
     rn.set_defaults(func=cmd_run)
@@ -341,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--messages", type=_positive_int, help="override producers.messages")
     bt.add_argument("--kafka-version", help="override cluster.kafka_version")
     bt.add_argument("--brokers", type=_positive_int, help="override cluster.brokers")
+    bt.add_argument("--backend", choices=list(CLUSTER_BACKENDS), help="override cluster.backend")
     bt.set_defaults(func=cmd_batch)
 
     an = sub.add_parser("analyze", help="run the Spark analysis of a run directory (spark-submit)")

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cluster import LocalCluster, attach, state
+from .cluster import attach, start_cluster, state
 from .errors import ClusterError, KafkaproofError, ScenarioError
 from .faults import check_scenario_faults
 from .paths import repo_root, runs_dir
@@ -55,19 +55,19 @@ def suite(tag: str | None = None, names: list[str] | None = None) -> list[Scenar
 
 
 def resolve(scenario: Scenario, messages: int | None = None, kafka_version: str | None = None,
-            brokers: int | None = None, bootstrap: str | None = None) -> Scenario:
+            brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None) -> Scenario:
     """The scenario as it will run: with the run's overrides, every fault checked. ScenarioError naming
     the file and field when it cannot take them — before anything starts."""
-    resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap)
+    resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap, backend)
     check_scenario_faults(resolved)
     return resolved
 
 
 def refusal(scenario: Scenario, messages: int | None = None, kafka_version: str | None = None,
-            brokers: int | None = None, bootstrap: str | None = None) -> str | None:
+            brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None) -> str | None:
     """Why the scenario cannot take a run's overrides, or None; the caller turns a refusal into an error verdict."""
     try:
-        resolve(scenario, messages, kafka_version, brokers, bootstrap)
+        resolve(scenario, messages, kafka_version, brokers, bootstrap, backend)
     except ScenarioError as e:
         return str(e)
     return None
@@ -156,7 +156,7 @@ def provision(scenario: Scenario, cluster_name: str, reuse: bool = False) -> dic
             cluster.down()  # a retry of this task, or a cluster not as good as fresh: start clean
     if reused is None:
         wait_for_exclusive_host(cluster_name)
-        cluster = LocalCluster.up(config)
+        cluster = start_cluster(config)
         reused = {"reused": False, "runs_before": []}
     with state.update_state(cluster_name) as st:
         st["kept"] = None
@@ -305,7 +305,8 @@ def unstarted_run(scenario: str, error: str, label: str = "") -> dict:
 
 
 def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
-                 bootstrap: str | None = None, label: str = "", brokers: int | None = None) -> dict:
+                 bootstrap: str | None = None, label: str = "", brokers: int | None = None,
+                 backend: str | None = None) -> dict:
     """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
 
     A scenario that cannot take the overrides comes back as a run without a directory whose
@@ -314,7 +315,7 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     """
     (scn,) = suite(names=[scenario])
     try:
-        resolved = resolve(scn, messages, kafka_version, brokers, bootstrap)
+        resolved = resolve(scn, messages, kafka_version, brokers, bootstrap, backend)
     except ScenarioError as e:
         return unstarted_run(scenario, str(e), label)
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
@@ -377,7 +378,8 @@ class BatchResult:
 
 
 def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = None,
-              kafka_version: str | None = None, brokers: int | None = None) -> BatchResult:
+              kafka_version: str | None = None, brokers: int | None = None,
+              backend: str | None = None) -> BatchResult:
     """Run scenarios one after another on their own local clusters, analyse every complete run with
     one spark-submit, then validate, compare with history and report each, and gate the batch.
 
@@ -387,7 +389,7 @@ def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = N
     runs: list[dict] = []
     for scn in scenarios:
         try:
-            resolved = resolve(scn, messages, kafka_version, brokers)
+            resolved = resolve(scn, messages, kafka_version, brokers, backend=backend)
         except ScenarioError as e:
             runs.append(unstarted_run(scn.name, str(e)))
             continue

@@ -2,9 +2,12 @@
 
 They never know which backend they have. A backend says which fault kinds it supports
 (`supported_faults`); the run refuses the others before anything starts. Backends:
-`local` (`LocalCluster`: Kafka JVMs in network namespaces on this host), `external`
-(`ExternalCluster`: an existing cluster, fronted by fault proxies) — both state-file backed,
-so `attach(name)` finds either after a crash and `down_all()` tears everything down.
+`local` (`LocalCluster`: Kafka JVMs in network namespaces on this host), `compose`
+(`ComposeCluster`: containers of a Docker Compose project, as the seeds run Kafka),
+`external` (`ExternalCluster`: an existing cluster, fronted by fault proxies) — all
+state-file backed, so `attach(name)` finds any after a crash and `down_all()` tears
+everything down. `start_cluster(config)` starts a local or compose cluster by
+`config.backend`.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import random
 from pathlib import Path
 from typing import Any, Collection, Mapping, Protocol, runtime_checkable
 
-from ..spec.cluster import NodeLink
+from ..spec.cluster import ClusterConfig, NodeLink
 from ..spec.faults import FAULT_KINDS
 from . import state
 
@@ -42,6 +45,8 @@ class ClusterBackend(Protocol):
     def node_link(self, node_id: int) -> NodeLink | None:
         """Where network faults act: the node's network namespace and addresses (None: not here)."""
     def node_dir(self, node_id: int) -> Path: ...
+    def node_log(self, node_id: int) -> Path:
+        """The node's log as a file (a container's output saved first)."""
 
     # node processes
     def node_state(self, node_id: int) -> str:
@@ -93,10 +98,21 @@ def unsupported_faults(kinds: set[str] | frozenset[str], supported: frozenset[st
 
 def attach(name: str = "default") -> ClusterBackend:
     """The running cluster `name`, as the backend that started it (from its state file)."""
+    backend = state.load_state(name).get("backend", "local")
+    return backend_class(backend)(name)
+
+
+def backend_class(backend: str) -> type:
+    """The class of a backend by its name (local, compose, external)."""
+    from .compose import ComposeCluster
     from .external import ExternalCluster
     from .local import LocalCluster
-    backend = state.load_state(name).get("backend", "local")
-    return {"local": LocalCluster, "external": ExternalCluster}[backend](name)
+    return {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster}[backend]
+
+
+def start_cluster(config: ClusterConfig) -> ClusterBackend:
+    """Start the cluster `config` describes on its backend (`local` or `compose`)."""
+    return backend_class(config.backend).up(config)
 
 
 def down_all() -> list[str]:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import FaultError
+from ..errors import ClusterError, FaultError
 from ..spec.cluster import NodeLink
 from . import procs, state
 from .heal import heal_recorded
@@ -85,10 +87,77 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     def node_dir(self, node_id: int) -> Path:
         return state.cluster_dir(self.name) / f"node-{node_id}"
 
+    def node_log(self, node_id: int) -> Path:
+        """The node's log as a file (`server.log` in its directory; it may not exist)."""
+        return self.node_dir(node_id) / "server.log"
+
     def node_link(self, node_id: int) -> NodeLink | None:
         """The node's network attachment (its namespace, addresses, host-side veth), None if it has none."""
         link = self.node(node_id).get("link")
         return NodeLink.from_json(link) if link else None
+
+    # --- the quorum and readiness (local and compose; an existing cluster has its own) -------
+    def read_quorum_state(self, node_id: int) -> dict | None:  # pragma: no cover - per backend
+        """A controller's KRaft `quorum-state` file as JSON, None when it cannot be read."""
+        raise NotImplementedError
+
+    def log_hint(self, node_id: int) -> str:
+        """Where a person finds the node's log."""
+        return str(self.node_log(node_id))
+
+    def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Wait until a node accepts TCP connections on its first listener."""
+        node = self.node(node_id)
+        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.node_state(node_id) == "dead":
+                raise ClusterError(f"node {node_id} exited during start-up; see {self.log_hint(node_id)}")
+            try:
+                with socket.create_connection((node["host"], port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise ClusterError(f"node {node_id} is not listening on {node['host']}:{port} after {timeout_s:.0f}s")
+
+    def active_controller(self) -> int | None:
+        """The KRaft quorum leader, from the quorum-state files of running controllers (highest epoch wins)."""
+        best: tuple[int, int] | None = None
+        for cid in self.controller_ids():
+            if self.node_state(cid) != "running":
+                continue
+            qs = self.read_quorum_state(cid) or {}
+            leader, epoch = qs.get("leaderId", -1), qs.get("leaderEpoch", -1)
+            if leader is not None and leader >= 0 and (best is None or epoch > best[1]):
+                best = (leader, epoch)
+        if best is None or self.node_state(best[0]) != "running":
+            return None
+        return best[0]
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until the quorum has a leader and every live broker is registered (unfenced)."""
+        deadline = time.monotonic() + timeout_s
+        expected = {b for b in self.broker_ids() if self.node_state(b) == "running"}
+        last = "nothing yet"
+        while time.monotonic() < deadline:
+            for nid in self.node_ids():
+                if self.node(nid)["status"] == "running" and self.node_state(nid) == "dead":
+                    raise ClusterError(f"node {nid} exited; see {self.log_hint(nid)}")
+            controller = self.active_controller()
+            try:
+                registered = self.registered_brokers()
+            except ClusterError as e:
+                registered, last = set(), str(e)
+            if controller is not None and expected <= registered:
+                if self.has_proxy:
+                    self.check_proxies(max(5.0, deadline - time.monotonic()))
+                log.info("cluster %s ready: brokers %s, active controller %s, bootstrap %s",
+                         self.name, sorted(registered), controller, self.bootstrap_servers())
+                return
+            last = f"controller={controller}, registered brokers={sorted(registered)}, expected={sorted(expected)}"
+            time.sleep(0.5)
+        raise ClusterError(f"cluster {self.name} not ready after {timeout_s:.0f}s ({last}); "
+                           f"node logs: {self.log_hint(self.node_ids()[0])} and the others'")
 
     # --- faults bookkeeping ---------------------------------------------------
     def active_faults(self) -> list[dict[str, Any]]:

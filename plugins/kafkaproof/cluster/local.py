@@ -39,7 +39,8 @@ from .process import ProcessRef
 log = logging.getLogger(__name__)
 
 
-def _free_slot(use_netns: bool) -> int:
+def free_slot(use_netns: bool) -> int:
+    """A cluster slot (namespace names kp<slot>n<id>, subnets) no cluster or leftover namespace uses."""
     used = set()
     for name in state.list_clusters():
         try:
@@ -92,7 +93,7 @@ class LocalCluster(StatefulCluster):
         dist = ensure_kafka(config.kafka_version)
         workdir = state.cluster_dir(config.name)
         with state.locked(config.name):
-            slot = _free_slot(use_netns)
+            slot = free_slot(use_netns)
             nodes = plan_nodes(config, slot, use_netns)
             st = {"name": config.name, "slot": slot, "cluster_id": new_cluster_id(),
                   "network": "netns" if use_netns else "loopback", "kafka_version": dist.version,
@@ -250,64 +251,15 @@ class LocalCluster(StatefulCluster):
             raise FaultError(f"node {node_id} has no process")
         process.send_signal(ref, sig)
 
-    def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
-        """Wait until a node accepts TCP connections on its first listener."""
-        import socket
-        node = self.node(node_id)
-        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.node_state(node_id) == "dead":
-                raise ClusterError(f"node {node_id} exited during start-up; see {self.node_dir(node_id)}/server.log")
-            try:
-                with socket.create_connection((node["host"], port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise ClusterError(f"node {node_id} is not listening on {node['host']}:{port} after {timeout_s:.0f}s")
-
     # --- cluster-wide views ---------------------------------------------------
-    def active_controller(self) -> int | None:
-        """The KRaft quorum leader, from the quorum-state files of live controllers (highest epoch wins)."""
-        best: tuple[int, int] | None = None
-        for cid in self.controller_ids():
-            if self.node_state(cid) != "running":
-                continue
-            try:
-                qs = json.loads((self.node_dir(cid) / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
-            except (FileNotFoundError, json.JSONDecodeError):
-                continue
-            leader, epoch = qs.get("leaderId", -1), qs.get("leaderEpoch", -1)
-            if leader is not None and leader >= 0 and (best is None or epoch > best[1]):
-                best = (leader, epoch)
-        if best is None or self.node_state(best[0]) != "running":
+    def read_quorum_state(self, node_id: int) -> dict | None:
+        try:
+            return json.loads((self.node_dir(node_id) / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
             return None
-        return best[0]
 
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
-        """Wait until the quorum has a leader and every live broker is registered (unfenced)."""
-        deadline = time.monotonic() + timeout_s
-        expected = {b for b in self.broker_ids() if self.node_state(b) == "running"}
-        last = "nothing yet"
-        while time.monotonic() < deadline:
-            for nid in self.node_ids():
-                if self.node(nid)["status"] == "running" and self.node_state(nid) == "dead":
-                    raise ClusterError(f"node {nid} exited; see {self.node_dir(nid)}/server.log")
-            controller = self.active_controller()
-            try:
-                registered = self.registered_brokers()
-            except ClusterError as e:
-                registered, last = set(), str(e)
-            if controller is not None and expected <= registered:
-                if self.has_proxy:
-                    self.check_proxies(max(5.0, deadline - time.monotonic()))
-                log.info("cluster %s ready: brokers %s, active controller %s, bootstrap %s",
-                         self.name, sorted(registered), controller, self.bootstrap_servers())
-                return
-            last = f"controller={controller}, registered brokers={sorted(registered)}, expected={sorted(expected)}"
-            time.sleep(0.5)
-        raise ClusterError(f"cluster {self.name} not ready after {timeout_s:.0f}s ({last}); "
-                           f"node logs in {state.cluster_dir(self.name)}")
+    def log_hint(self, node_id: int) -> str:
+        return f"{self.node_dir(node_id)}/server.log"
 
     def status(self) -> dict:
         """Status as JSON-able dict: nodes, active controller, per topic-partition leader/replicas/ISR."""
@@ -324,7 +276,7 @@ class LocalCluster(StatefulCluster):
                 nodes[-1]["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
                                       "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
         topics, error = self.topics_status()
-        return {"name": self.name, "kafka_version": st["kafka_version"], "network": st["network"],
+        return {"name": self.name, "backend": "local", "kafka_version": st["kafka_version"], "network": st["network"],
                 "cluster_id": st["cluster_id"], "bootstrap_servers": self.bootstrap_servers(),
                 "proxy": bool(st.get("proxy")), "direct_bootstrap": self.direct_bootstrap(),
                 "active_controller": self.active_controller(), "nodes": nodes, "topics": topics,

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import __version__
-from ..cluster import ExternalCluster, LocalCluster, attach, unsupported_faults
+from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster.heal import now
 from ..errors import KafkaproofError
 from ..faults import FaultInjector, check_scenario_faults
@@ -63,6 +63,7 @@ class RunOptions:
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
     progress_interval_s: float = 2.0
     control: str | None = None  # fault tasks of another process time the faults (run/control.py)
+    backend: str | None = None  # override cluster.backend: local | compose
 
 
 @dataclass
@@ -99,7 +100,7 @@ class ScenarioRun:
 
     def __init__(self, scenario: Scenario, options: RunOptions):
         configured = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
-                                             options.bootstrap)
+                                             options.bootstrap, options.backend)
         check_scenario_faults(configured)  # the proxy's own rule parser, before anything starts
         try:
             self.environment_overrides = environment_overrides(os.environ)
@@ -196,7 +197,7 @@ class ScenarioRun:
                 reuse = self.cluster.state().get("reuse")
                 if reuse is not None:  # a pipeline's cluster: fresh, or kept from earlier scenarios and checked
                     self.manifest["cluster_reuse"] = reuse
-                self.node_log_start = {nid: _size(self.cluster.node_dir(nid) / "server.log")
+                self.node_log_start = {nid: _size(self.cluster.node_log(nid))
                                        for nid in self.cluster.node_ids()}  # earlier runs' lines stay out
                 self.cluster.wait_ready(60)
                 if data["cluster"].get("proxy") and not self.cluster.has_proxy:
@@ -204,10 +205,10 @@ class ScenarioRun:
                                           f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
             stack.callback(self._copy_node_logs)
         elif self.options.bootstrap is None:
-            self._refuse_unsupported(LocalCluster.supported_for(), "local")
             cfg = cluster_config(data, self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")
+            self._refuse_unsupported(backend_class(cfg.backend).supported_for(), cfg.backend)
             with self.phase("provision"):
-                self.cluster = LocalCluster.up(cfg)
+                self.cluster = start_cluster(cfg)
             stack.callback(self._teardown)
         else:
             self._refuse_unsupported(ExternalCluster.supported_faults, "external")
@@ -259,7 +260,7 @@ class ScenarioRun:
         logs = self.run_dir / "logs"
         logs.mkdir(exist_ok=True)
         for nid in self.cluster.node_ids():
-            src = self.cluster.node_dir(nid) / "server.log"
+            src = self.cluster.node_log(nid)
             if src.exists():
                 start = self.node_log_start.get(nid, 0)
                 with open(src, "rb") as f, open(logs / f"node-{nid}.log", "wb") as out:

@@ -32,6 +32,9 @@ LOOPBACK_PROXY_HOST = "127.0.0.2"
 # JVM flags per JIT mode. Test brokers live for a minute: C2 compiles through most of it, on the
 # cores the clients need; C1 alone starts a 3-node cluster in ~10 s instead of ~17 s here and
 # carries thousands of messages per second. `full` is the JVM's default, for long or heavy runs.
+CLUSTER_BACKENDS = ("local", "compose")
+# The node layouts compose/ has a file for: (brokers, dedicated controllers) -> file stem.
+COMPOSE_TOPOLOGIES = {(2, 0): "kraft-2-combined", (3, 0): "kraft-3-combined", (3, 1): "kraft-3-brokers-1-controller"}
 JIT_MODES: dict[str, tuple[str, ...]] = {"quick": ("-XX:TieredStopAtLevel=1",), "full": ()}
 CLUSTER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 
@@ -58,6 +61,7 @@ class ClusterConfig:
     network: str = "auto"  # auto | netns | loopback
     start_timeout_s: float = 120.0
     proxy: bool = False  # a fault proxy per broker on the client path
+    backend: str = "local"  # local (JVMs on this host) | compose (containers of a compose project)
 
     def validate(self) -> "ClusterConfig":
         check_cluster_name(self.name)
@@ -69,6 +73,10 @@ class ClusterConfig:
             raise ClusterError(f"jit must be one of {', '.join(JIT_MODES)}, got {self.jit!r}")
         if self.network not in ("auto", "netns", "loopback"):
             raise ClusterError(f"network must be auto, netns or loopback, got {self.network!r}")
+        if self.backend not in CLUSTER_BACKENDS:
+            raise ClusterError(f"backend must be one of {', '.join(CLUSTER_BACKENDS)}, got {self.backend!r}")
+        if self.backend == "compose":
+            compose_topology(self.brokers, self.controllers)
         for node_id in self.node_config:
             if node_id not in self.node_ids():
                 raise ClusterError(f"node_config names node {node_id}, which this cluster does not have "
@@ -92,6 +100,17 @@ class ClusterConfig:
         if self.controllers == 0:
             return "broker,controller"
         return "broker" if node_id <= self.brokers else "controller"
+
+
+def compose_topology(brokers: int, controllers: int) -> str:
+    """Pure: the compose file stem (compose/<stem>.yml) of a node layout; ClusterError naming the layouts there are."""
+    try:
+        return COMPOSE_TOPOLOGIES[(brokers, controllers)]
+    except KeyError:
+        known = ", ".join(f"{b} brokers with {c or 'no'} dedicated controller{'s' if c != 1 else ''}"
+                          for b, c in COMPOSE_TOPOLOGIES)
+        raise ClusterError(f"the compose backend has no compose file for {brokers} brokers with "
+                           f"{controllers or 'no'} dedicated controllers; compose/ has: {known}") from None
 
 
 def default_broker_config(brokers: int) -> dict[str, Any]:
@@ -239,4 +258,4 @@ def cluster_config(data: dict, name: str) -> ClusterConfig:
     return ClusterConfig(name=name, brokers=c["brokers"], controllers=c["controllers"],
                          kafka_version=c["kafka_version"], broker_config=c["config"],
                          node_config={int(k): v for k, v in c["node_config"].items()},
-                         proxy=bool(c.get("proxy", False)))
+                         proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"))

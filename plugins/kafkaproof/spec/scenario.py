@@ -16,7 +16,8 @@ import yaml
 
 from .anomalies import EXPECTABLE
 from .clients import ClientConfigError, config_conflicts, parse_acks
-from ..errors import FaultError, ScenarioError
+from .cluster import CLUSTER_BACKENDS, compose_topology
+from ..errors import ClusterError, FaultError, ScenarioError
 from .faults import FAULT_KINDS, PROXY_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
@@ -70,6 +71,9 @@ SCHEMA: dict[str, Any] = {
                 "proxy": {"type": "boolean",
                           "description": "a fault proxy in front of each broker on the client path "
                                          "(default: on when the timeline has a proxy fault)"},
+                "backend": {"enum": list(CLUSTER_BACKENDS),
+                            "description": "local: Kafka JVMs on this host (default); compose: containers of a "
+                                           "Docker Compose project (compose/)"},
             }},
         "topic": {
             "type": "object", "additionalProperties": False,
@@ -280,8 +284,9 @@ class Scenario:
         return hashlib.sha256(json.dumps(runs, sort_keys=True).encode()).hexdigest()[:16]
 
     def with_overrides(self, messages: int | None = None, kafka_version: str | None = None,
-                       brokers: int | None = None, bootstrap: str | None = None) -> "Scenario":
-        """The scenario with a run's overrides applied (message scale, Kafka version, broker count).
+                       brokers: int | None = None, bootstrap: str | None = None,
+                       backend: str | None = None) -> "Scenario":
+        """The scenario with a run's overrides applied (message scale, Kafka version, broker count, backend).
 
         The result is checked again like a scenario file, so an override the scenario cannot take
         (e.g. fewer brokers than its replication factor, or a broker count for an existing cluster
@@ -302,6 +307,15 @@ class Scenario:
                                     f"allowed: 1..{MAX_BROKERS}")
             data["cluster"]["brokers"] = brokers
             _check_semantics(data, f"{self.path} (with brokers={brokers})")
+        if backend is not None and backend != data["cluster"].get("backend", "local"):
+            if bootstrap:
+                raise ScenarioError(f"{self.path}: cluster.backend (override): {backend!r} starts a cluster; "
+                                    f"the existing cluster at {bootstrap} is used as it is")
+            if backend not in CLUSTER_BACKENDS:
+                raise ScenarioError(f"{self.path}: cluster.backend (override): {backend!r} is not allowed; "
+                                    f"allowed: {', '.join(CLUSTER_BACKENDS)}")
+            data["cluster"]["backend"] = backend
+            _check_semantics(data, f"{self.path} (with backend={backend})")
         return Scenario(self.name, self.path, data)
 
 
@@ -362,6 +376,11 @@ def _check_semantics(data: dict, source: str) -> None:
     brokers = data["cluster"]["brokers"]
     controllers = data["cluster"]["controllers"]
     node_ids = list(range(1, brokers + 1)) + list(range(101, 101 + controllers))
+    if data["cluster"].get("backend") == "compose":
+        try:
+            compose_topology(brokers, controllers)
+        except ClusterError as e:
+            fail("cluster.backend", f"compose: {e}")
     topic = data["topic"]
     if topic["replication_factor"] > brokers:
         fail("topic.replication_factor", f"{topic['replication_factor']} is more than the {brokers} broker(s)")

@@ -1,0 +1,318 @@
+"""The compose cluster backend: Kafka nodes as containers of a Docker Compose project, as the seeds run them.
+
+`ComposeCluster.up(config)` picks the compose file of `compose/` for the topology (2 or 3
+combined nodes, 3 brokers and a dedicated controller), writes an override file with the
+scenario's broker settings (apache/kafka environment names: `foo.bar` -> `KAFKA_FOO_BAR`),
+gives the project its own /24 bridge subnet, image and KRaft cluster id, and runs
+`docker compose up -d`. Everything is recorded in a state file first, like the local
+backend's, so `kafkaproof cluster down --all` removes a crashed run's containers, network
+and volumes (and only those: everything carries the label `io.kafkaproof.cluster=<name>`).
+
+Faults: `kill`/`stop`/`pause`/`restart` are `docker kill`/`stop`/`pause`/`start`; network
+faults run nft/tc inside the container's network namespace, named `kp<slot>n<id>` like a
+local node's (`docker_engine.attach_netns`, again after every start), so `network.py` and
+the fault injector act unchanged; proxy faults put kafkaproof's rewriting proxies (those
+of `external.py`) in front of the containers' CLIENT listeners, while kafkaproof's own
+clients use the INTERNAL listeners. A node's log is its container's output (`docker logs`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ClusterError, ClusterNotRunning
+from ..spec.cluster import ClusterConfig, NodeLink, compose_topology, new_cluster_id
+from ..spec.faults import FAULT_KINDS, NETWORK_KINDS
+from . import docker_engine as de
+from . import network, state
+from .base import StatefulCluster
+from .external import free_ports
+from .local import free_slot
+
+log = logging.getLogger(__name__)
+
+NET_PREFIX = "10.79"  # kafkaproof's compose clusters: 10.79.<slot>.0/24 (compose/'s own defaults are 10.78.x)
+CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT = 9092, 9093, 9094
+DATA_DIR = "/var/lib/kafka/data"
+
+
+def env_name(prop: str) -> str:
+    """Pure: the apache/kafka image's environment name of a broker property (`foo.bar` -> `KAFKA_FOO_BAR`,
+    `_` -> `__`, `-` -> `___`)."""
+    return "KAFKA_" + prop.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+
+
+def plan_nodes(config: ClusterConfig, project: str, prefix: str) -> list[dict[str, Any]]:
+    """Pure: the state-file nodes of a compose topology (service, container, fixed bridge IP, listeners)."""
+    combined = config.controllers == 0
+    nodes = []
+    for i in range(1, config.brokers + 1):
+        nodes.append({"id": i, "roles": ["broker", "controller"] if combined else ["broker"],
+                      "service": f"kafka{i}", "ip": f"{prefix}.{10 + i}"})
+    for j in range(1, config.controllers + 1):
+        nodes.append({"id": 100 + j, "roles": ["controller"], "service": f"controller{j}", "ip": f"{prefix}.{20 + j}"})
+    for n in nodes:
+        n.update(container=f"{project}-{n['service']}", host=n["ip"], client_port=CLIENT_PORT,
+                 internal_port=INTERNAL_PORT, controller_port=CONTROLLER_PORT, advertised_host=n["ip"],
+                 advertised_port=CLIENT_PORT, link=None, status="running")
+    return nodes
+
+
+def override_yaml(config: ClusterConfig, nodes: list[dict[str, Any]]) -> str:
+    """Pure: the override compose file giving every node the cluster's broker settings and its own."""
+    import yaml
+    services = {}
+    for n in nodes:
+        settings = {**config.broker_config, **config.node_config.get(n["id"], {})}
+        if "broker" not in n["roles"]:  # broker-only settings would stop a dedicated controller
+            settings = dict(config.node_config.get(n["id"], {}))
+        env = {env_name(k): _env_value(v) for k, v in sorted(settings.items())}
+        if env:
+            services[n["service"]] = {"environment": env}
+    return yaml.safe_dump({"services": services} if services else {"services": {}}, sort_keys=True)
+
+
+def _env_value(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+class ComposeCluster(StatefulCluster):
+    """A running compose cluster. Use `ComposeCluster.up(config)`, or `backend.attach(name)`."""
+
+    backend = "compose"
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        if state.load_state(name).get("backend") != "compose":
+            raise ClusterError(f"cluster {name!r} is not a compose cluster")
+
+    @property
+    def supported_faults(self) -> frozenset[str]:
+        """Every kind; network faults when the containers' namespaces are reachable here (root, local engine)."""
+        netns = self.state()["network"] == "netns"
+        return frozenset(k for k in FAULT_KINDS if netns or k not in NETWORK_KINDS)
+
+    @staticmethod
+    def supported_for() -> frozenset[str]:
+        """The fault kinds a compose cluster started here will support."""
+        netns = network.namespaces_supported()
+        return frozenset(k for k in FAULT_KINDS if netns or k not in NETWORK_KINDS)
+
+    def unsupported_reason(self, kind: str) -> str:
+        return (f"network fault {kind!r} needs the containers' network namespaces: run as root with the "
+                f"Docker engine on this machine (DOCKER_HOST {de.engine_url()})")
+
+    # --- lifecycle ------------------------------------------------------------
+    @classmethod
+    def up(cls, config: ClusterConfig, image: str | None = None) -> "ComposeCluster":
+        """Start a compose cluster and return once every broker is registered and the quorum has a leader."""
+        config.validate()
+        project = de.check_cluster(config.name)
+        if state.state_path(config.name).exists():
+            raise ClusterError(f"a cluster named {config.name!r} is already up; `kafkaproof cluster down "
+                               f"--name {config.name}` first")
+        stem = compose_topology(config.brokers, config.controllers)
+        de.ensure_engine()
+        de.ensure_compose_cli()
+        image = image or de.ensure_image(config.kafka_version)
+        t0 = time.monotonic()
+        workdir = state.cluster_dir(config.name)
+        with state.locked(config.name):
+            slot = free_slot(network.namespaces_supported())
+            prefix = f"{NET_PREFIX}.{slot}"
+            nodes = plan_nodes(config, project, prefix)
+            if config.proxy:
+                _plan_proxies(nodes)
+            override = workdir / "override.yml"
+            override.write_text(override_yaml(config, nodes))
+            st = {"name": config.name, "backend": "compose", "slot": slot, "cluster_id": new_cluster_id(),
+                  "network": "netns" if network.namespaces_supported() else "bridge",
+                  "kafka_version": config.kafka_version, "image": image, "proxy": config.proxy,
+                  "compose": {"project": project, "files": [str(de.compose_file(stem)), str(override)],
+                              "net_prefix": prefix},
+                  "config": {"brokers": config.brokers, "controllers": config.controllers,
+                             "broker_config": dict(config.broker_config),
+                             "node_config": {str(k): dict(v) for k, v in config.node_config.items()}},
+                  "nodes": nodes, "faults": [], "created_wall": time.time()}
+            state.save_state(config.name, st)
+        cluster = cls(config.name)
+        try:
+            de.remove_labelled(project)  # leftovers of a crashed run of the same name
+            cluster._compose(["up", "-d", "--no-build"])
+            for n in nodes:
+                cluster._attach(n["id"])
+                if n.get("proxy"):
+                    cluster.start_proxy(n["id"])
+            cluster.wait_ready(config.start_timeout_s)
+        except BaseException:
+            log.error("compose cluster %s failed to start; tearing down", config.name)
+            cluster._dump_log_tails()
+            cluster.down(keep_logs=True)
+            raise
+        log.info("compose cluster %s ready in %.1fs (%s, image %s)", config.name, time.monotonic() - t0, stem, image)
+        return cluster
+
+    def _compose(self, args: list[str], check: bool = True):
+        st = self.state()
+        c = st["compose"]
+        env = {"KAFKA_IMAGE": st["image"], "KAFKAPROOF_NET_PREFIX": c["net_prefix"], "KAFKA_CLUSTER_ID": st["cluster_id"]}
+        return de.compose(args, c["project"], env=env, files=c["files"], check=check)
+
+    def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
+        """Heal every fault, remove the containers, network and volumes, the state file. Safe to repeat."""
+        try:
+            st = state.load_state(self.name)
+        except ClusterNotRunning:
+            return
+        self._stop_runs_and_heal()
+        self.stop_proxies()
+        if keep_logs:
+            for n in st["nodes"]:
+                self._save_log(n)
+        for n in st["nodes"]:
+            if n.get("link"):
+                de.detach_netns(n["link"]["namespace"])
+        try:
+            self._compose(["down", "-v", "--timeout", "10" if graceful else "0"], check=False)
+            de.remove_labelled(st["compose"]["project"])  # whatever compose did not know about
+        except ClusterError as e:  # the state file stays: `cluster down` can try again
+            raise ClusterError(f"compose cluster {self.name}: {e}") from e
+        self._admin = None
+        state.remove_state(self.name)
+        if not keep_logs:
+            shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
+        log.info("compose cluster %s is down", self.name)
+
+    # --- nodes ----------------------------------------------------------------
+    def _inspect_state(self, node_id: int) -> dict[str, Any]:
+        proc = de.docker("inspect", "--type", "container", "--format", "{{json .State}}",
+                         self.node(node_id)["container"], check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 else {}
+
+    def node_state(self, node_id: int) -> str:
+        st = self._inspect_state(node_id)
+        if st.get("Paused"):
+            return "paused"
+        return "running" if st.get("Running") else "dead"
+
+    def node_incarnation(self, node_id: int) -> str | None:
+        """The container's start time and pid: they change each time the node starts."""
+        st = self._inspect_state(node_id)
+        return f"{st.get('Pid')}:{st.get('StartedAt')}" if st.get("Running") else None
+
+    def _attach(self, node_id: int) -> None:
+        """Name the container's (new) network namespace and record its link, when network faults are possible."""
+        if self.state()["network"] != "netns":
+            return
+        node = self.node(node_id)
+        ns = f"kp{self.state()['slot']}n{node_id}"
+        de.attach_netns(node["container"], ns)
+        link = NodeLink(namespace=ns, veth_host=de.host_veth(node["container"]),
+                        host_ip=f"{self.state()['compose']['net_prefix']}.1", node_ip=node["ip"])
+        with state.update_state(self.name) as st:
+            for n in st["nodes"]:
+                if n["id"] == node_id:
+                    n["link"] = link.to_json()
+
+    def start_node(self, node_id: int) -> None:
+        """Start a stopped node's container again (same data volume); no-op if it runs."""
+        if self.node_state(node_id) != "dead":
+            return
+        de.docker("start", self.node(node_id)["container"])
+        self._attach(node_id)
+        log.info("node %d started (container %s)", node_id, self.node(node_id)["container"])
+
+    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
+        """`docker stop` (SIGTERM: a controlled shutdown, SIGKILL after `timeout_s`) or `docker kill`."""
+        container = self.node(node_id)["container"]
+        if self.node_state(node_id) == "dead":
+            return
+        if self.node_state(node_id) == "paused":
+            de.docker("unpause", container)
+        if graceful:
+            de.docker("stop", "--time", str(int(timeout_s)), container, timeout=timeout_s + 30)
+        else:
+            de.docker("kill", container)
+        deadline = time.monotonic() + 10
+        while self.node_state(node_id) != "dead" and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def pause_node(self, node_id: int) -> None:
+        """`docker pause`: every process of the container frozen, its connections left open."""
+        de.docker("pause", self.node(node_id)["container"])
+
+    def resume_node(self, node_id: int) -> None:
+        if self.node_state(node_id) == "paused":
+            de.docker("unpause", self.node(node_id)["container"])
+
+    def node_log(self, node_id: int) -> Path:
+        """The container's output so far, saved as the node's `server.log`."""
+        self._save_log(self.node(node_id))
+        return super().node_log(node_id)
+
+    def _save_log(self, node: Mapping[str, Any]) -> None:
+        proc = de.docker("logs", node["container"], check=False, timeout=60)
+        if proc.returncode == 0:
+            path = self.node_dir(node["id"]) / "server.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(proc.stdout + proc.stderr)
+
+    # --- cluster-wide views ---------------------------------------------------
+    def read_quorum_state(self, node_id: int) -> dict | None:
+        proc = de.docker("exec", self.node(node_id)["container"], "cat",
+                         f"{DATA_DIR}/__cluster_metadata-0/quorum-state", check=False, timeout=20)
+        try:
+            return json.loads(proc.stdout) if proc.returncode == 0 else None
+        except json.JSONDecodeError:
+            return None
+
+    def log_hint(self, node_id: int) -> str:
+        return f"`docker logs {self.node(node_id)['container']}`"
+
+    def status(self) -> dict:
+        """Status as a JSON-able dict, like `LocalCluster.status` (plus the compose project and image)."""
+        st = self.state()
+        nodes = []
+        for n in st["nodes"]:
+            node_state = self.node_state(n["id"])
+            port = n["client_port"] if "broker" in n["roles"] else n["controller_port"]
+            nodes.append({"id": n["id"], "roles": n["roles"], "address": f"{n['host']}:{port}",
+                          "namespace": n["link"]["namespace"] if n.get("link") else None,
+                          "container": n["container"], "pid": None, "state": node_state,
+                          "alive": node_state == "running", "paused": node_state == "paused"})
+        topics, error = self.topics_status()
+        return {"name": self.name, "backend": "compose", "kafka_version": st["kafka_version"],
+                "image": st["image"], "project": st["compose"]["project"], "network": st["network"],
+                "cluster_id": st["cluster_id"], "bootstrap_servers": self.bootstrap_servers(),
+                "proxy": bool(st.get("proxy")), "direct_bootstrap": self.direct_bootstrap(),
+                "active_controller": self.active_controller(), "nodes": nodes, "topics": topics,
+                "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")}
+                                  for f in st["faults"]],
+                "metadata_error": error}
+
+    def _dump_log_tails(self, lines: int = 15) -> None:
+        try:
+            nodes = self.state()["nodes"]
+        except ClusterNotRunning:
+            return
+        for n in nodes:
+            proc = de.docker("logs", "--tail", str(lines), n["container"], check=False)
+            if proc.returncode == 0:
+                log.error("last lines of node %d's log:\n%s", n["id"], (proc.stdout + proc.stderr).strip())
+
+
+def _plan_proxies(nodes: list[dict[str, Any]], proxy_host: str = "127.0.0.1") -> None:
+    """Put a rewriting fault proxy (as in front of an existing cluster) before every broker's CLIENT listener."""
+    brokers = [n for n in nodes if "broker" in n["roles"]]
+    listens = {n["id"]: f"{proxy_host}:{p}" for n, p in zip(brokers, free_ports(proxy_host, len(brokers)))}
+    for n in brokers:
+        host, port = listens[n["id"]].rsplit(":", 1)
+        n.update(advertised_host=host, advertised_port=int(port))
+        n["proxy"] = {"listen": listens[n["id"]], "upstream": f"{n['ip']}:{CLIENT_PORT}", "rewrite": True,
+                      "peers": {str(o): listens[o] for o in sorted(listens) if o != n["id"]},
+                      "process": None, "control": None}
+

@@ -1,0 +1,124 @@
+"""The compose cluster backend behind the one interface, for real: engine, containers, faults, a run.
+
+Run under the shared lock (it starts containers): `make test-compose`. Each test starts its
+own compose cluster through `start_cluster` and checks nothing labelled is left after it.
+"""
+from __future__ import annotations
+
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from kafkaproof.cluster import attach, start_cluster, state
+from kafkaproof.cluster import docker_engine as de
+from kafkaproof.cluster.compose import ComposeCluster
+from kafkaproof.faults import FaultInjector
+from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.spec import ledger
+from kafkaproof.spec.cluster import ClusterConfig
+from kafkaproof.spec.faults import FaultSpec
+from kafkaproof.spec.scenario import load
+from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
+
+from support import needs_root, produce, wait_for
+
+pytestmark = pytest.mark.compose
+
+FAST = {"replica.lag.time.max.ms": 4000, "broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 1000}
+
+
+@pytest.fixture(scope="module")
+def docker_ready() -> None:
+    de.ensure_engine()
+    de.ensure_compose_cli()
+    de.ensure_image(DEFAULT_KAFKA_VERSION)
+
+
+@pytest.fixture
+def compose_cluster(docker_ready, request):
+    """Factory: a compose cluster of the given config; removed after the test, and nothing of it left."""
+    names: list[str] = []
+
+    def make(**kwargs) -> ComposeCluster:
+        name = f"kp-t-{request.node.name[5:20].replace('_', '-').strip('-')}-{len(names)}"
+        names.append(name)
+        return start_cluster(ClusterConfig(name=name, backend="compose", **kwargs))
+
+    yield make
+    for name in names:
+        if name in state.list_clusters():
+            attach(name).down(keep_logs=False)
+        assert not any(de.labelled(name).values()), de.labelled(name)
+
+
+def isr(cluster, topic: str) -> list[int]:
+    try:
+        return cluster.partitions(topic)[0]["isr"]
+    except Exception:
+        return []
+
+
+@needs_root
+def test_process_and_network_faults_on_containers(compose_cluster, tmp_path):
+    t0 = time.monotonic()
+    cluster = compose_cluster(brokers=3, broker_config=FAST)
+    print(f"compose cluster (3 combined nodes) ready in {time.monotonic() - t0:.1f}s")
+    assert attach(cluster.name).status()["backend"] == "compose"
+    assert cluster.supported_faults >= {"kill", "stop", "pause", "isolate", "bandwidth"}
+    cluster.create_topic("orders", 1, 3, {"min.insync.replicas": 2})
+    cluster.wait_in_sync("orders")
+    bootstrap = cluster.bootstrap_servers()
+    assert produce(bootstrap, "orders", 200) == (200, [])
+    with FaultInjector(cluster, topic="orders", log_path=tmp_path / "faults.jsonl") as faults:
+        # docker kill of the leader: a new leader from the ISR, writes continue; the heal starts it again
+        old = cluster.leader_of("orders", 0)
+        kill = faults.inject(FaultSpec("kill", "leader:0"))
+        assert kill.nodes == [old] and cluster.node_state(old) == "dead"
+        wait_for(lambda: cluster.partitions("orders")[0]["leader"] not in (-1, old), 30, "a new leader")
+        assert produce(bootstrap, "orders", 100) == (100, [])
+        faults.heal(kill.fault_id)
+        assert cluster.node_state(old) == "running"
+        wait_for(lambda: len(isr(cluster, "orders")) == 3, 60, "the killed node back in the ISR")
+        # nft inside the container's namespace: an isolated follower drops out of the ISR and returns
+        follower = cluster.followers("orders", 0)[0]
+        iso = faults.inject(FaultSpec("isolate", f"node:{follower}"))
+        wait_for(lambda: follower not in isr(cluster, "orders"), 30, "the isolated follower out of the ISR")
+        faults.heal(iso.fault_id)
+        wait_for(lambda: follower in isr(cluster, "orders"), 60, "the follower back in the ISR")
+        # docker pause: the container frozen, its connections open; a new leader after the session timeout
+        leader = cluster.leader_of("orders", 0)
+        pause = faults.inject(FaultSpec("pause", "leader:0"))
+        assert cluster.node_state(leader) == "paused"
+        wait_for(lambda: cluster.partitions("orders")[0]["leader"] not in (-1, leader), 60, "a leader not paused")
+        faults.heal(pause.fault_id)
+        assert cluster.node_state(leader) == "running"
+    cluster.wait_in_sync("orders", timeout_s=60)
+    assert "Kafka" in cluster.node_log(1).read_text(errors="replace")  # the container's output
+
+
+def test_a_scenario_runs_on_a_compose_cluster_with_exact_counts(docker_ready, tmp_path):
+    doc = {"name": "t-compose-run", "guarantee": "at-least-once",
+           "cluster": {"brokers": 3, "backend": "compose", "config": FAST},
+           "topic": {"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
+           "producers": {"rate": 400, "messages": 2000, "start_after_s": 1,
+                         "config": {"acks": "all", "enable.idempotence": True}},
+           "consumers": {"count": 1, "commit": "sync"},
+           "faults": [{"at": 3, "kind": "kill", "target": "leader:0", "duration": 3}]}
+    path = tmp_path / "t-compose-run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs")).execute()
+    assert result.status == "complete", result.error
+    sends = pq.read_table(ledger.table_path(result.run_dir, "sends")).to_pandas()
+    audit = pq.read_table(ledger.table_path(result.run_dir, "audit")).to_pandas()
+    assert len(sends) == 2000 and set(sends["outcome"]) == {"ok"}
+    logged = audit[audit["isolation"] == "read_committed"]
+    assert set(logged["value_id"]) == set(sends["value_id"])  # acks=all, idempotent: nothing lost
+    manifest = ledger.read_manifest(result.run_dir)
+    assert manifest["cluster"]["backend"] == "compose"
+    faults = pq.read_table(ledger.table_path(result.run_dir, "faults")).to_pandas()
+    assert set(faults["kind"]) == {"kill"}
+    assert "Kafka" in (result.run_dir / "logs" / "node-1.log").read_text(errors="replace")
+    name = manifest["cluster"]["name"]
+    assert name not in state.list_clusters() and not any(de.labelled(name).values())

@@ -27,6 +27,9 @@ def test_report_on_real_analysis_and_validation(tmp_path, history_url):
     # scenario's has no `outcome`.
     result = validate(rd, expect=json.loads((rd / "manifest.json").read_text())["expect"])
     assert result.status == "pass", result.to_dict()
+    # Data Docs, built once after the three checkpoints, show each suite's validation
+    pages = {p.name for p in (rd / "validation" / "data_docs" / "validations").rglob("*.html")}
+    assert pages == {"kafkaproof-counts.html", "kafkaproof-values.html", "kafkaproof-anomalies.html"}
     page = run_page.write_run_report(rd, history_url=history_url).read_text()
     verdict = text_of(section(page, "verdict"))
     assert "PASS" in verdict

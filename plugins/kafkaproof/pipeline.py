@@ -99,7 +99,8 @@ def _cluster_config(scenario: Scenario, cluster_name: str):
 
 
 def cluster_key(scenario: Scenario) -> str:
-    """What makes two resolved scenarios' clusters the same (version, nodes, settings, proxy), as a short hash."""
+    """What makes two resolved scenarios' clusters the same (backend, version, nodes, settings, proxy), as a
+    short hash."""
     config = dataclasses.asdict(_cluster_config(scenario, "-"))
     config.pop("name")
     return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -136,8 +137,8 @@ def release_kept_clusters(but: str | None = None) -> list[str]:
 
 
 def provision(scenario: Scenario, cluster_name: str, reuse: bool = False) -> dict:
-    """Start the local cluster a resolved scenario asks for; returns its name, bootstrap servers and
-    whether it was reused.
+    """Start the cluster (local or compose) a resolved scenario asks for; returns its name, bootstrap
+    servers and whether it was reused.
 
     With `reuse`, the cluster of that name an earlier scenario kept (`teardown(keep=True)`) runs this
     one too when `isolation_problems` finds nothing of the earlier runs on it (waiting up to

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import ClusterError, FaultError
+from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import NodeLink
 from . import procs, state
 from .heal import heal_recorded
+from .process import ProcessRef
 from .proxies import ProxyFleet
 from .views import KafkaViews
 
@@ -43,13 +44,19 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     def down(self, keep_logs: bool = True, graceful: bool = True) -> None:  # pragma: no cover - per backend
         raise NotImplementedError
 
-    def _stop_runs_and_heal(self) -> None:
-        """Teardown's first step: stop the workers of runs against this cluster, heal its recorded faults."""
+    def _begin_down(self) -> dict | None:
+        """Teardown's first step: the state (None when the cluster is not up: nothing to do), the workers
+        of runs against this cluster stopped, its recorded faults healed."""
+        try:
+            st = state.load_state(self.name)
+        except ClusterNotRunning:
+            return None
         procs.stop_for_cluster(self.name)  # the workers of a run that crashed against this cluster
         try:
             heal_recorded(self, restart_nodes=False)
         except Exception as e:  # keep tearing down; the nodes and proxies go anyway
             log.warning("healing faults during teardown: %s", e)
+        return st
 
     def release_run(self) -> None:
         """What a run leaves behind goes, the cluster stays: its workers stopped, its faults healed (nodes
@@ -95,6 +102,36 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         """The node's network attachment (its namespace, addresses, host-side veth), None if it has none."""
         link = self.node(node_id).get("link")
         return NodeLink.from_json(link) if link else None
+
+    # --- status ---------------------------------------------------------------
+    def node_status(self, node: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - per backend
+        """One node's entry of `status()`: id, roles, address, namespace, pid, state, alive, paused."""
+        raise NotImplementedError
+
+    def status_fields(self, st: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - per backend
+        """What `status()` says of the backend itself: backend, kafka_version, network, ..."""
+        raise NotImplementedError
+
+    def status(self) -> dict[str, Any]:
+        """Status as a JSON-able dict: the backend's own fields, every node (with its fault proxy), the
+        addresses, the active controller, per topic-partition leader/replicas/ISR and the active faults."""
+        st = self.state()
+        nodes = []
+        for n in st["nodes"]:
+            entry = self.node_status(n)
+            if n.get("proxy"):
+                pref = ProcessRef.from_json(n["proxy"]["process"])
+                entry["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
+                                  "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
+            nodes.append(entry)
+        topics, error = self.topics_status()
+        return {"name": self.name, **self.status_fields(st), "cluster_id": st.get("cluster_id"),
+                "bootstrap_servers": self.bootstrap_servers(), "proxy": bool(st.get("proxy")),
+                "direct_bootstrap": self.direct_bootstrap(), "active_controller": self.active_controller(),
+                "nodes": nodes, "topics": topics,
+                "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")}
+                                  for f in st["faults"]],
+                "metadata_error": error}
 
     # --- the quorum and readiness (local and compose; an existing cluster has its own) -------
     def read_quorum_state(self, node_id: int) -> dict | None:  # pragma: no cover - per backend

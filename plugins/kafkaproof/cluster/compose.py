@@ -30,6 +30,7 @@ from ..spec.faults import FAULT_KINDS, NETWORK_KINDS
 from . import docker_engine as de
 from . import network, state
 from .base import StatefulCluster
+from .proxies import front_with_proxies
 from .external import free_ports
 from .local import free_slot
 
@@ -125,8 +126,8 @@ class ComposeCluster(StatefulCluster):
             slot = free_slot(network.namespaces_supported())
             prefix = f"{NET_PREFIX}.{slot}"
             nodes = plan_nodes(config, project, prefix)
-            if config.proxy:
-                _plan_proxies(nodes)
+            if config.proxy:  # the rewriting proxies of an existing cluster, before the CLIENT listeners
+                front_with_proxies(nodes, "127.0.0.1", free_ports("127.0.0.1", config.brokers))
             override = workdir / "override.yml"
             override.write_text(override_yaml(config, nodes))
             st = {"name": config.name, "backend": "compose", "slot": slot, "cluster_id": new_cluster_id(),
@@ -134,9 +135,7 @@ class ComposeCluster(StatefulCluster):
                   "kafka_version": config.kafka_version, "image": image, "proxy": config.proxy,
                   "compose": {"project": project, "files": [str(de.compose_file(stem)), str(override)],
                               "net_prefix": prefix},
-                  "config": {"brokers": config.brokers, "controllers": config.controllers,
-                             "broker_config": dict(config.broker_config),
-                             "node_config": {str(k): dict(v) for k, v in config.node_config.items()}},
+                  "config": config.node_layout(),
                   "nodes": nodes, "faults": [], "created_wall": time.time()}
             state.save_state(config.name, st)
         cluster = cls(config.name)
@@ -164,11 +163,9 @@ class ComposeCluster(StatefulCluster):
 
     def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
         """Heal every fault, remove the containers, network and volumes, the state file. Safe to repeat."""
-        try:
-            st = state.load_state(self.name)
-        except ClusterNotRunning:
+        st = self._begin_down()
+        if st is None:
             return
-        self._stop_runs_and_heal()
         self.stop_proxies()
         if keep_logs:
             for n in st["nodes"]:
@@ -273,26 +270,17 @@ class ComposeCluster(StatefulCluster):
     def log_hint(self, node_id: int) -> str:
         return f"`docker logs {self.node(node_id)['container']}`"
 
-    def status(self) -> dict:
-        """Status as a JSON-able dict, like `LocalCluster.status` (plus the compose project and image)."""
-        st = self.state()
-        nodes = []
-        for n in st["nodes"]:
-            node_state = self.node_state(n["id"])
-            port = n["client_port"] if "broker" in n["roles"] else n["controller_port"]
-            nodes.append({"id": n["id"], "roles": n["roles"], "address": f"{n['host']}:{port}",
-                          "namespace": n["link"]["namespace"] if n.get("link") else None,
-                          "container": n["container"], "pid": None, "state": node_state,
-                          "alive": node_state == "running", "paused": node_state == "paused"})
-        topics, error = self.topics_status()
-        return {"name": self.name, "backend": "compose", "kafka_version": st["kafka_version"],
-                "image": st["image"], "project": st["compose"]["project"], "network": st["network"],
-                "cluster_id": st["cluster_id"], "bootstrap_servers": self.bootstrap_servers(),
-                "proxy": bool(st.get("proxy")), "direct_bootstrap": self.direct_bootstrap(),
-                "active_controller": self.active_controller(), "nodes": nodes, "topics": topics,
-                "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")}
-                                  for f in st["faults"]],
-                "metadata_error": error}
+    def node_status(self, node: dict[str, Any]) -> dict[str, Any]:
+        node_state = self.node_state(node["id"])
+        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
+        return {"id": node["id"], "roles": node["roles"], "address": f"{node['host']}:{port}",
+                "namespace": node["link"]["namespace"] if node.get("link") else None,
+                "container": node["container"], "pid": None, "state": node_state,
+                "alive": node_state == "running", "paused": node_state == "paused"}
+
+    def status_fields(self, st: dict[str, Any]) -> dict[str, Any]:
+        return {"backend": "compose", "kafka_version": st["kafka_version"], "image": st["image"],
+                "project": st["compose"]["project"], "network": st["network"]}
 
     def _dump_log_tails(self, lines: int = 15) -> None:
         try:
@@ -303,16 +291,3 @@ class ComposeCluster(StatefulCluster):
             proc = de.docker("logs", "--tail", str(lines), n["container"], check=False)
             if proc.returncode == 0:
                 log.error("last lines of node %d's log:\n%s", n["id"], (proc.stdout + proc.stderr).strip())
-
-
-def _plan_proxies(nodes: list[dict[str, Any]], proxy_host: str = "127.0.0.1") -> None:
-    """Put a rewriting fault proxy (as in front of an existing cluster) before every broker's CLIENT listener."""
-    brokers = [n for n in nodes if "broker" in n["roles"]]
-    listens = {n["id"]: f"{proxy_host}:{p}" for n, p in zip(brokers, free_ports(proxy_host, len(brokers)))}
-    for n in brokers:
-        host, port = listens[n["id"]].rsplit(":", 1)
-        n.update(advertised_host=host, advertised_port=int(port))
-        n["proxy"] = {"listen": listens[n["id"]], "upstream": f"{n['ip']}:{CLIENT_PORT}", "rewrite": True,
-                      "peers": {str(o): listens[o] for o in sorted(listens) if o != n["id"]},
-                      "process": None, "control": None}
-

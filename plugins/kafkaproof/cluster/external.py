@@ -24,11 +24,11 @@ import time
 from typing import Any, Collection
 
 from .. import logs
-from ..errors import ClusterError, ClusterNotRunning, FaultError
+from ..errors import ClusterError, FaultError
 from ..spec.faults import PROXY_KINDS
 from . import state
 from .base import StatefulCluster
-from .process import ProcessRef
+from .proxies import front_with_proxies
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +70,8 @@ def plan_proxied_nodes(brokers: dict[int, tuple[str, int]], proxy_host: str | No
     nodes = [{"id": bid, "roles": ["broker"], "host": brokers[bid][0], "client_port": brokers[bid][1],
               "advertised_host": brokers[bid][0], "advertised_port": brokers[bid][1],
               "link": None, "process": None, "status": "running"} for bid in sorted(brokers)]
-    if proxy_host is None:
-        return nodes
-    listens = {bid: f"{proxy_host}:{port}" for bid, port in zip(sorted(brokers), ports or [])}
-    for node, port in zip(nodes, ports or []):
-        bid = node["id"]
-        node.update(advertised_host=proxy_host, advertised_port=port)
-        node["proxy"] = {"listen": listens[bid], "upstream": f"{node['host']}:{node['client_port']}",
-                         "rewrite": True, "peers": {str(o): listens[o] for o in sorted(brokers) if o != bid},
-                         "process": None, "control": None}
+    if proxy_host is not None:
+        front_with_proxies(nodes, proxy_host, ports or [])
     return nodes
 
 
@@ -127,11 +120,9 @@ class ExternalCluster(StatefulCluster):
 
     def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
         """Remove every rule, stop the proxies, remove the state file. The brokers are not touched."""
-        try:
-            st = state.load_state(self.name)
-        except ClusterNotRunning:
+        st = self._begin_down()
+        if st is None:
             return
-        self._stop_runs_and_heal()
         self.stop_proxies()
         state.remove_state(self.name)
         if not keep_logs:
@@ -202,23 +193,10 @@ class ExternalCluster(StatefulCluster):
         else:
             self.metadata(timeout_s=timeout_s)
 
-    def status(self) -> dict[str, Any]:
-        """Proxies, topics and active faults, as a JSON-able dict (like `LocalCluster.status`)."""
-        st = self.state()
-        nodes = []
-        for n in st["nodes"]:
-            nodes.append({"id": n["id"], "roles": n["roles"], "address": f"{n['host']}:{n['client_port']}",
-                          "namespace": None, "pid": None, "state": "external", "alive": True, "paused": False})
-            if n.get("proxy"):
-                pref = ProcessRef.from_json(n["proxy"]["process"])
-                nodes[-1]["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
-                                      "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
-        topics, error = self.topics_status()
-        return {"name": self.name, "backend": "external", "kafka_version": None, "network": "external",
-                "cluster_id": st.get("cluster_id"), "bootstrap_servers": self.bootstrap_servers(),
-                "proxy": bool(st.get("proxy")),
-                "direct_bootstrap": self.direct_bootstrap(), "active_controller": self.active_controller(),
-                "nodes": nodes, "topics": topics,
-                "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")}
-                                  for f in st["faults"]],
-                "metadata_error": error}
+    def node_status(self, node: dict[str, Any]) -> dict[str, Any]:
+        """A broker kafkaproof does not own: its address, always counted as running."""
+        return {"id": node["id"], "roles": node["roles"], "address": f"{node['host']}:{node['client_port']}",
+                "namespace": None, "pid": None, "state": "external", "alive": True, "paused": False}
+
+    def status_fields(self, st: dict[str, Any]) -> dict[str, Any]:
+        return {"backend": "external", "kafka_version": None, "network": "external"}

@@ -100,9 +100,7 @@ class LocalCluster(StatefulCluster):
                   "kafka_libs": str(dist.libs), "kafka_source": dist.source, "heap": config.heap,
                   "jit": config.jit,
                   "proxy": config.proxy,
-                  "config": {"brokers": config.brokers, "controllers": config.controllers,
-                             "broker_config": dict(config.broker_config),
-                             "node_config": {str(k): dict(v) for k, v in config.node_config.items()}},
+                  "config": config.node_layout(),
                   "nodes": nodes, "faults": [], "created_wall": time.time()}
             state.save_state(config.name, st)
         cluster = cls(config.name)
@@ -150,11 +148,9 @@ class LocalCluster(StatefulCluster):
 
         `graceful=False` kills the JVMs at once: for a cluster whose data was already collected.
         """
-        try:
-            st = state.load_state(self.name)
-        except ClusterNotRunning:
+        st = self._begin_down()
+        if st is None:
             return
-        self._stop_runs_and_heal()
         refs = [ProcessRef.from_json(n["process"]) for n in st["nodes"]]
         for ref in refs:  # signal all first, so nodes shut down in parallel
             if ref and process.state_of(ref) != "dead":
@@ -261,27 +257,17 @@ class LocalCluster(StatefulCluster):
     def log_hint(self, node_id: int) -> str:
         return f"{self.node_dir(node_id)}/server.log"
 
-    def status(self) -> dict:
-        """Status as JSON-able dict: nodes, active controller, per topic-partition leader/replicas/ISR."""
-        st = self.state()
-        nodes = []
-        for n in st["nodes"]:
-            ref = ProcessRef.from_json(n["process"])
-            nodes.append({"id": n["id"], "roles": n["roles"], "address": f"{n['host']}:{n['client_port'] if 'broker' in n['roles'] else n['controller_port']}",
-                          "namespace": n["link"]["namespace"] if n.get("link") else None,
-                          "pid": ref.pid if ref else None, "state": self.node_state(n["id"]),
-                          "alive": self.node_state(n["id"]) == "running", "paused": self.node_state(n["id"]) == "paused"})
-            if n.get("proxy"):
-                pref = ProcessRef.from_json(n["proxy"]["process"])
-                nodes[-1]["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
-                                      "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
-        topics, error = self.topics_status()
-        return {"name": self.name, "backend": "local", "kafka_version": st["kafka_version"], "network": st["network"],
-                "cluster_id": st["cluster_id"], "bootstrap_servers": self.bootstrap_servers(),
-                "proxy": bool(st.get("proxy")), "direct_bootstrap": self.direct_bootstrap(),
-                "active_controller": self.active_controller(), "nodes": nodes, "topics": topics,
-                "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")} for f in st["faults"]],
-                "metadata_error": error}
+    def node_status(self, node: dict) -> dict:
+        ref = ProcessRef.from_json(node["process"])
+        node_state = self.node_state(node["id"])
+        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
+        return {"id": node["id"], "roles": node["roles"], "address": f"{node['host']}:{port}",
+                "namespace": node["link"]["namespace"] if node.get("link") else None,
+                "pid": ref.pid if ref else None, "state": node_state,
+                "alive": node_state == "running", "paused": node_state == "paused"}
+
+    def status_fields(self, st: dict) -> dict:
+        return {"backend": "local", "kafka_version": st["kafka_version"], "network": st["network"]}
 
     def _dump_log_tails(self, lines: int = 15) -> None:
         try:

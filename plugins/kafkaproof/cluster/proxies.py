@@ -25,6 +25,19 @@ PROXY_START_TIMEOUT_S = 20.0
 _PLUGINS_DIR = str(Path(__file__).resolve().parents[2])
 
 
+def front_with_proxies(nodes: list[dict], proxy_host: str, ports: list[int]) -> None:
+    """Pure on `nodes` (state-file nodes, changed in place): a rewriting fault proxy before every broker's
+    client address (`host:client_port`), at `ports` in node order, advertised instead of the broker and
+    knowing where its peers listen (so metadata read through one names only proxies)."""
+    brokers = [n for n in nodes if "broker" in n["roles"]]
+    listens = {n["id"]: f"{proxy_host}:{port}" for n, port in zip(brokers, ports)}
+    for n, port in zip(brokers, ports):
+        n.update(advertised_host=proxy_host, advertised_port=port)
+        n["proxy"] = {"listen": listens[n["id"]], "upstream": f"{n['host']}:{n['client_port']}", "rewrite": True,
+                      "peers": {str(o): listens[o] for o in sorted(listens) if o != n["id"]},
+                      "process": None, "control": None}
+
+
 class ProxyFleet:
     """Mixin of a cluster backend: its fault proxies (needs `state()`, `node()`, `node_dir()`, `_reap()`)."""
 

@@ -58,12 +58,11 @@ def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 15) -> dict[i
         consumer.close()
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str, timeout_s: float = 5) -> dict[int, int]:
-    """The offsets `group` has committed on `topic`, per partition, as the group coordinator has them
-    (partitions without a commit are left out; an error reads as nothing committed yet)."""
+def committed_offsets(admin, group: str, topic: str, timeout_s: float = 5) -> dict[int, int]:
+    """The offsets `group` has committed on `topic`, per partition, as the group coordinator has them,
+    asked with `admin` (a confluent_kafka AdminClient); partitions without a commit are left out, an
+    error reads as nothing committed yet."""
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-    from confluent_kafka.admin import AdminClient
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     try:
         request = [ConsumerGroupTopicPartitions(group)]
         result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result()

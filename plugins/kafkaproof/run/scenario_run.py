@@ -391,7 +391,7 @@ class ScenarioRun:
         most `drain.settle_s` (a commit strategy or a transaction marker that leaves them short waits it out)."""
         group = self.scenario.data["consumers"]["group"]
         while True:
-            committed = committed_offsets(self.direct_bootstrap, group, self.scenario.topic)
+            committed = committed_offsets(self.cluster.admin(), group, self.scenario.topic)
             if all(committed.get(p, -1) >= hw for p, hw in marks.items()):
                 return
             if time.monotonic() >= until:

@@ -83,6 +83,11 @@ class ClusterConfig:
                                    f"(nodes: {self.node_ids()})")
         return self
 
+    def node_layout(self) -> dict[str, Any]:
+        """Pure: the nodes and their settings, as a cluster's state file records them."""
+        return {"brokers": self.brokers, "controllers": self.controllers, "broker_config": dict(self.broker_config),
+                "node_config": {str(k): dict(v) for k, v in self.node_config.items()}}
+
     def broker_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))
 

@@ -52,3 +52,14 @@ def test_a_scenario_asking_for_a_layout_compose_has_no_file_for_is_refused(tmp_p
                                     "cluster": {"brokers": 4, "backend": "compose"}}))
     with pytest.raises(ScenarioError, match=r"cluster.backend: compose: .*no compose file for 4 brokers"):
         load(path)
+
+
+def test_proxies_front_the_brokers_client_listeners_not_the_controller():
+    from kafkaproof.cluster.proxies import front_with_proxies
+    nodes = plan_nodes(ClusterConfig(name="c", brokers=3, controllers=1), "c", "10.79.5")
+    front_with_proxies(nodes, "127.0.0.1", [41001, 41002, 41003])
+    assert [n.get("proxy", {}).get("upstream") for n in nodes] == ["10.79.5.11:9092", "10.79.5.12:9092",
+                                                                   "10.79.5.13:9092", None]
+    assert (nodes[0]["advertised_host"], nodes[0]["advertised_port"]) == ("127.0.0.1", 41001)
+    assert nodes[1]["proxy"]["peers"] == {"1": "127.0.0.1:41001", "3": "127.0.0.1:41003"}
+    assert nodes[0]["internal_port"] == 9094  # kafkaproof's own clients stay off the proxies

@@ -12,15 +12,16 @@ export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
 KAFKA_VERSIONS ?= 4.3.1 3.9.2
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-packages python kafka java docker test test-unit test-spark test-cluster test-compose run airflow clean down
+.PHONY: help setup system-packages python kafka java docker docker-base test test-unit test-spark test-cluster test-compose run airflow clean down
 
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
-	@echo "make test   set up, then run every test (unit, spark, cluster, airflow)"
+	@echo "make test   set up (Docker too), then run every test (unit, spark, cluster, airflow, compose)"
 	@echo "make setup  only set up (.venv, Debian packages, Kafka from Maven Central)"
 	@echo "make down   tear down every local cluster and heal leftover faults"
 	@echo "make airflow   Airflow's UI, scheduler and api-server for this checkout (airflow standalone, :8080)"
-	@echo "make test-compose   set up Docker (engine, image, Compose CLI), then run the compose tests"
+	@echo "make docker         set up Docker for the compose backend (engine, images, Compose CLI)"
+	@echo "make test-compose   set up Docker, then run only the compose tests"
 
 setup: system-packages python kafka java
 
@@ -44,14 +45,21 @@ kafka: python
 java: kafka
 	@$(PY) -c "from kafkaproof.run import java_driver; print('[setup] java driver:', java_driver.build())"
 
-# Docker engine (own daemon, off the host firewall), the Kafka image and the Compose CLI: only for
-# the compose backend and its tests (a few minutes the first time).
-docker: setup
+# Docker for the compose backend and its tests, in two parts. docker-base needs no Kafka jars: the
+# engine (own daemon, off the host firewall), the base image (also the tools image of network
+# faults) and the Compose CLI — minutes on a fresh machine, so `make test` runs it beside the
+# Python and Kafka setup. docker adds the Kafka images from the jars (seconds).
+docker-base: system-packages
 	@export DOCKER_HOST="$$(bash scripts/docker-engine.sh)" && \
-	  for v in $(KAFKA_VERSIONS); do bash scripts/docker-image.sh $$v >/dev/null; done && \
-	  bash scripts/docker-compose-cli.sh
+	  bash scripts/docker-image.sh --base >/dev/null && bash scripts/docker-compose-cli.sh
 
-test: setup
+docker: setup docker-base
+	@export DOCKER_HOST="$$(bash scripts/docker-engine.sh)" && \
+	  for v in $(KAFKA_VERSIONS); do bash scripts/docker-image.sh $$v >/dev/null; done
+
+test: system-packages
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup docker-base
+	@$(MAKE) --no-print-directory docker
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: python

@@ -43,6 +43,23 @@ BROKERS_PARAM = Param(None, type=["null", "integer"], minimum=1, maximum=MAX_BRO
 BACKEND_PARAM = Param(None, type=["null", "string"], enum=[None, *CLUSTER_BACKENDS],
                       description="override cluster.backend (empty: as each scenario says): local (Kafka JVMs on "
                                   "the worker) or compose (containers of a Docker Compose project, compose/)")
+# The compose backend's engine and image, as the Docker provider's operators take them.
+ENGINE_PARAMS = {
+    "docker_url": Param(None, type=["null", "string"],
+                        description="compose backend: the Docker engine, e.g. unix:///var/run/docker.sock or "
+                                    "tcp://docker-host:2376 (empty: $DOCKER_HOST, else kafkaproof's own engine)"),
+    "docker_conn_id": Param(None, type=["null", "string"],
+                            description="compose backend: an Airflow Docker connection (registry login) used to "
+                                        "pull kafka_image"),
+}
+IMAGE_PARAM = Param(None, type=["null", "string"],
+                    description="compose backend: a Kafka image configured like apache/kafka, e.g. "
+                                "apache/kafka:3.9.1 (empty: kafkaproof/kafka:<version>, built locally)")
+
+
+def use_docker_engine(params) -> None:
+    """The compose backend's engine and image for this task's process (`pipeline.use_docker_engine`)."""
+    pipeline.use_docker_engine(params.get("docker_url"), params.get("docker_conn_id"), params.get("kafka_image"))
 
 
 def _batch_id() -> str:
@@ -94,6 +111,7 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
             params = get_current_context()["params"]
             bootstrap = existing_cluster(params)
             (scn,) = pipeline.suite(names=[scenario_name])
+            use_docker_engine(params)
             try:
                 resolved = pipeline.resolve(scn, params.get("messages"), params.get("kafka_version"),
                                             params.get("brokers"), bootstrap, params.get("cluster_backend"))
@@ -235,7 +253,7 @@ def chain_groups(groups: list) -> None:
              "brokers": BROKERS_PARAM,
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
              "kafka_conn_id": KAFKA_CONN_PARAM,
-             "cluster_backend": BACKEND_PARAM,
+             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM,
              "reuse_clusters": Param(REUSE_CLUSTERS, type="boolean",
                                      description="run scenarios that ask for the same cluster on one cluster, "
                                                  "each checked clean before it is reused (reports say so)")})
@@ -268,6 +286,7 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
     ctx = get_current_context()
     ctx["scenario_label"] = scenario + (f" ({label})" if label else "")
     params = ctx["params"]
+    use_docker_engine(params)
     return _report_run(pipeline.run_scenario(
         scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
         messages=params.get("messages"), bootstrap=existing_cluster(params), label=label,
@@ -285,7 +304,7 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
              "bootstrap": Param(None, type=["null", "string"],
                                 description="empty: embedded local cluster; else bootstrap servers of an existing cluster"),
              "kafka_conn_id": KAFKA_CONN_PARAM,
-             "cluster_backend": BACKEND_PARAM})
+             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM})
 def kafka_reliability_manual():
     @task
     def chosen() -> list[dict]:
@@ -306,7 +325,7 @@ def kafka_reliability_manual():
              "candidate_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
              "brokers": BROKERS_PARAM,
              "messages": Param(None, type=["null", "integer"], minimum=1),
-             "cluster_backend": BACKEND_PARAM})
+             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS})
 def kafka_upgrade_check():
     @task
     def matrix() -> list[dict]:

@@ -2,6 +2,7 @@
 # Build (once) the Kafka image kafkaproof's compose files use by default, without any registry:
 #
 #   bash scripts/docker-image.sh 4.3.1      # prints kafkaproof/kafka:4.3.1 on stdout
+#   bash scripts/docker-image.sh --base     # only the base (also the tools image of network faults)
 #
 # 1. kafkaproof/base:bookworm: a Debian bookworm minbase root filesystem (debootstrap, from the
 #    Debian mirror apt uses here) with a Java 17 JRE, iproute2, nftables and procps, imported
@@ -17,8 +18,8 @@
 set -euo pipefail
 
 VERSION="${1:-}"
-if ! [[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
-  echo "usage: $0 KAFKA_VERSION   (e.g. 4.3.1 or 3.9.2)" >&2
+if ! [[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ || "$VERSION" == --base ]]; then
+  echo "usage: $0 KAFKA_VERSION | --base   (e.g. 4.3.1 or 3.9.2)" >&2
   exit 2
 fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -127,6 +128,10 @@ if [ "$(label_of "$BASE_IMAGE")" = "$base_want" ]; then
   say "$BASE_IMAGE is up to date ($HASH_LABEL=$base_want)"
 else
   build_base "$base_want"
+fi
+if [ "$VERSION" = --base ]; then
+  echo "$BASE_IMAGE"
+  exit 0
 fi
 
 libs="$(kafka_libs)"

@@ -16,14 +16,12 @@ def pytest_configure(config):
     os.environ.setdefault("KAFKAPROOF_STATE", str(REPO / ".state"))
 
 
-# Markers whose tests run only when asked for with `-m`: too long (catalog) or needing a Docker
-# engine and image builds (compose) for the default `make test` budget.
-ON_REQUEST = {"catalog": "long: run it with `pytest -m catalog` (see README, Tests)",
-              "compose": "Docker engine and image builds: run it with `make test-compose` (see README, Tests)"}
+# Markers whose tests run only when asked for with `-m`: too long for the `make test` budget.
+ON_REQUEST = {"catalog": "long: run it with `pytest -m catalog` (see README, Tests)"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `catalog` or `compose` run only when their marker is asked for (`pytest -m compose`)."""
+    """Tests marked `catalog` run only when their marker is asked for (`pytest -m catalog`)."""
     asked = config.option.markexpr or ""
     for marker, reason in ON_REQUEST.items():
         if marker in asked:

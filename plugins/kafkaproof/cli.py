@@ -45,7 +45,7 @@ def cmd_cluster_up(args) -> int:
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
                         network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy,
-                        backend=args.backend)
+                        backend=args.backend, image=args.image, compose_file=args.compose_file)
     cluster = start_cluster(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
@@ -290,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--backend", choices=list(CLUSTER_BACKENDS), default="local",
                     help="local: Kafka JVMs on this host (default); compose: containers of a Docker Compose "
                          "project (compose/; 2 or 3 combined nodes, or 3 brokers with 1 controller)")
+    up.add_argument("--image", help="compose backend: the Kafka image, configured like apache/kafka (default: "
+                                    "$KAFKAPROOF_KAFKA_IMAGE, else kafkaproof/kafka:<version> built locally)")
+    up.add_argument("--compose-file", help="compose backend: your own compose file instead of compose/<topology>.yml, "
+                                           "keeping kafkaproof's service names, addresses and labels (docs/compose.md)")
     up.add_argument("--proxy", action="store_true",
                     help="a Kafka-aware fault proxy in front of each broker on the client path "
                          "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole)")

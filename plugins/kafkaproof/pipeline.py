@@ -73,6 +73,38 @@ def refusal(scenario: Scenario, messages: int | None = None, kafka_version: str 
     return None
 
 
+def use_docker_engine(docker_url: str | None = None, docker_conn_id: str | None = None,
+                      kafka_image: str | None = None) -> str | None:
+    """The Docker engine and Kafka image the compose backend uses in this (Airflow task) process.
+
+    Like the Docker provider's operators: `docker_url` is the engine (`unix://...`, `tcp://host:2376`;
+    it becomes DOCKER_HOST, and the cluster's state file remembers it for the later tasks), and
+    `docker_conn_id` an Airflow Docker connection holding registry credentials: `DockerHook` pings
+    the engine, logs in, and pulls `kafka_image` when the engine lacks it. `kafka_image` (an image
+    configured like apache/kafka) becomes `$KAFKAPROOF_KAFKA_IMAGE`. Returns the engine URL, or None
+    when nothing is set (kafkaproof's own engine, or `$DOCKER_HOST`, and the locally built image).
+    """
+    from .cluster import docker_engine as de
+    if not (docker_url or docker_conn_id or kafka_image):
+        return None
+    if docker_url:
+        os.environ["DOCKER_HOST"] = docker_url
+    url = docker_url or de.ensure_engine()
+    if kafka_image:
+        os.environ[de.KAFKA_IMAGE_ENV] = kafka_image
+    from airflow.providers.docker.hooks.docker import DockerHook
+    try:
+        client = DockerHook(docker_conn_id=docker_conn_id or None, base_url=url).get_conn()
+        if kafka_image and not client.images(name=kafka_image):
+            log.info("pulling %s on %s", kafka_image, url)
+            client.pull(kafka_image)
+    except Exception as e:  # the hook raises AirflowException or the docker client's errors
+        where = f" with the registry login of connection {docker_conn_id!r}" if docker_conn_id else ""
+        raise ClusterError(f"Docker engine {url}{where}: {e}") from e
+    log.info("compose backend: engine %s, image %s", url, kafka_image or "kafkaproof/kafka:<version> (built here)")
+    return url
+
+
 def cluster_name_for(batch_id: str, scenario: str) -> str:
     """A short cluster name unique per batch and scenario (state file names are limited)."""
     digest = hashlib.sha1(f"{batch_id}/{scenario}".encode()).hexdigest()[:10]
@@ -95,7 +127,7 @@ def wait_for_exclusive_host(own: str, timeout_s: float = 1800) -> None:
 
 def _cluster_config(scenario: Scenario, cluster_name: str):
     data = apply_overrides(scenario.data, environment_overrides(os.environ))  # as the run will see it
-    return cluster_config(data, cluster_name)
+    return cluster_config(data, cluster_name, scenario.directory)
 
 
 def cluster_key(scenario: Scenario) -> str:

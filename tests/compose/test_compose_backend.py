@@ -11,9 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kafkaproof.cluster import attach, start_cluster, state
+from kafkaproof import pipeline
+from kafkaproof.cluster import attach, network, start_cluster, state
 from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster.compose import ComposeCluster
+from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.spec import ledger
@@ -22,7 +24,7 @@ from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.spec.scenario import load
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
-from support import needs_root, produce, wait_for
+from support import REPO, needs_root, produce, wait_for
 
 pytestmark = pytest.mark.compose
 
@@ -121,4 +123,92 @@ def test_a_scenario_runs_on_a_compose_cluster_with_exact_counts(docker_ready, tm
     assert set(faults["kind"]) == {"kill"}
     assert "Kafka" in (result.run_dir / "logs" / "node-1.log").read_text(errors="replace")
     name = manifest["cluster"]["name"]
+    assert name not in state.list_clusters() and not any(de.labelled(name).values())
+
+
+class EngineOverTcp:
+    """A TCP endpoint relaying to the local engine's unix socket: the engine as an Airflow worker on
+    another machine sees it (`tcp://host:port`), whose containers' namespaces are not this host's."""
+
+    def __init__(self, socket_path: str):
+        import socket
+        import threading
+        self.socket_path = socket_path
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"tcp://127.0.0.1:{self.server.getsockname()[1]}"
+        self._socket, self._threading = socket, threading
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            engine = self._socket.socket(self._socket.AF_UNIX)
+            engine.connect(self.socket_path)
+            for src, dst in ((client, engine), (engine, client)):
+                self._threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(self._socket.SHUT_WR)  # `docker run -i`: the end of stdin reaches the engine
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_network_faults_through_an_engine_elsewhere_on_a_users_compose_file(docker_ready, compose_cluster,
+                                                                            monkeypatch, tmp_path):
+    """With the engine at a tcp:// address (an Airflow worker that is not the Docker host), network
+    faults enter the containers through tools containers sharing their network; the cluster comes
+    from the user's own compose file (ours with a smaller heap); nothing is left."""
+    own = tmp_path / "docker-compose.yml"
+    own.write_text((REPO / "compose" / "kraft-3-combined.yml").read_text().replace("-Xmx512m -Xms512m", "-Xmx400m -Xms400m"))
+    local = de.ensure_engine()
+    relay = EngineOverTcp(local[len("unix://"):])
+    image = f"kafkaproof/kafka:{DEFAULT_KAFKA_VERSION}"
+    try:
+        monkeypatch.setenv("DOCKER_HOST", local)  # restored after the test, as is the image variable:
+        monkeypatch.setenv(de.KAFKA_IMAGE_ENV, "")
+        # what the DAGs' provision does with the params docker_url and kafka_image (DockerHook pings it)
+        assert pipeline.use_docker_engine(docker_url=relay.url, kafka_image=image) == relay.url
+        cluster = compose_cluster(brokers=3, broker_config=FAST, compose_file=str(own))
+        assert cluster.state()["image"] == image
+        st = cluster.state()
+        assert (st["network"], st["engine"], st["compose"]["files"][0]) == ("engine", relay.url, str(own))
+        env = de.docker("inspect", "--format", "{{json .Config.Env}}", cluster.node(1)["container"]).stdout
+        assert "KAFKA_HEAP_OPTS=-Xmx400m -Xms400m" in env
+        assert cluster.node_link(1).namespace == f"docker:{cluster.node(1)['container']}"
+        cluster.create_topic("orders", 1, 3, {"min.insync.replicas": 2})
+        cluster.wait_in_sync("orders")
+        with FaultInjector(cluster, topic="orders") as faults:
+            follower = cluster.followers("orders", 0)[0]
+            iso = faults.inject(FaultSpec("isolate", f"node:{follower}"))
+            wait_for(lambda: follower not in isr(cluster, "orders"), 30, "the isolated follower out of the ISR")
+            faults.heal(iso.fault_id)
+            wait_for(lambda: follower in isr(cluster, "orders"), 60, "the follower back in the ISR")
+            slow = faults.inject(FaultSpec("bandwidth", f"node:{follower}", {"rate_kbit": 800}))
+            assert network.tc_limited(cluster.node_link(follower))
+            faults.heal(slow.fault_id)
+            assert not network.tc_limited(cluster.node_link(follower))
+        assert produce(cluster.bootstrap_servers(), "orders", 100) == (100, [])
+        tools = de.docker("ps", "-a", "--filter", f"label={de.TOOL_LABEL}", "--format", "{{.Names}}").stdout.split()
+        assert tools == []  # every tools container removed itself
+        cluster.down(keep_logs=False)  # while the engine is reachable at its recorded address
+    finally:
+        relay.close()
+
+
+def test_a_users_compose_file_that_breaks_the_conventions_is_refused_before_anything_starts(docker_ready, tmp_path):
+    own = tmp_path / "docker-compose.yml"
+    own.write_text((REPO / "compose" / "kraft-2-combined.yml").read_text().replace("kafka2:", "broker2:"))
+    name = "kp-t-own-file-bad"
+    with pytest.raises(ClusterError, match=r"(?s)docker-compose.yml: not usable as a kafkaproof compose file.*"
+                                           r"services.kafka2: missing \(node 2"):
+        start_cluster(ClusterConfig(name=name, brokers=2, backend="compose", compose_file=str(own)))
     assert name not in state.list_clusters() and not any(de.labelled(name).values())

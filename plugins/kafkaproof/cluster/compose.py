@@ -9,9 +9,14 @@ backend's, so `kafkaproof cluster down --all` removes a crashed run's containers
 and volumes (and only those: everything carries the label `io.kafkaproof.cluster=<name>`).
 
 Faults: `kill`/`stop`/`pause`/`restart` are `docker kill`/`stop`/`pause`/`start`; network
-faults run nft/tc inside the container's network namespace, named `kp<slot>n<id>` like a
-local node's (`docker_engine.attach_netns`, again after every start), so `network.py` and
-the fault injector act unchanged; proxy faults put kafkaproof's rewriting proxies (those
+faults run nft/tc inside the container's network namespace, so `network.py` and the fault
+injector act unchanged. How they get in is the cluster's `network` mode (`network_faults_mode`):
+`netns` (root, engine on this machine) names the namespace `kp<slot>n<id>` like a local node's
+(`docker_engine.attach_netns`, again after every start) and also shapes the host end of its
+link; `engine` (an engine elsewhere, or no root) enters it with a tools container sharing the
+container's network (`docker_engine.netns_command`, what Airflow's DockerOperator does with
+`network_mode="container:<name>"`). The state file records the engine, so every later command,
+`cluster down --all` too, goes to the engine the cluster runs on. Proxy faults put kafkaproof's rewriting proxies (those
 of `external.py`) in front of the containers' CLIENT listeners, while kafkaproof's own
 clients use the INTERNAL listeners. A node's log is its container's output (`docker logs`).
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -26,7 +32,7 @@ from typing import Any, Mapping
 
 from ..errors import ClusterError, ClusterNotRunning
 from ..spec.cluster import ClusterConfig, NodeLink, compose_topology, new_cluster_id
-from ..spec.faults import FAULT_KINDS, NETWORK_KINDS
+from ..spec.faults import FAULT_KINDS
 from . import docker_engine as de
 from . import network, state
 from .base import StatefulCluster
@@ -77,6 +83,61 @@ def override_yaml(config: ClusterConfig, nodes: list[dict[str, Any]]) -> str:
     return yaml.safe_dump({"services": services} if services else {"services": {}}, sort_keys=True)
 
 
+def compose_model_problems(model: Mapping[str, Any], nodes: list[dict[str, Any]], project: str) -> list[str]:
+    """Pure: what in a resolved compose model (`docker compose config --format json`) breaks the
+    conventions kafkaproof relies on: a service per node with its container name, its fixed address
+    and the cluster label, and that label on every service, network and volume (so teardown finds them)."""
+    problems: list[str] = []
+    services = model.get("services") or {}
+    label = de.CLUSTER_LABEL
+    for n in nodes:
+        svc = services.get(n["service"])
+        if svc is None:
+            problems.append(f"services.{n['service']}: missing (node {n['id']}; this topology needs services "
+                            f"{', '.join(x['service'] for x in nodes)})")
+            continue
+        if svc.get("container_name") != n["container"]:
+            problems.append(f"services.{n['service']}.container_name: {svc.get('container_name')!r}, must be "
+                            f"'${{KAFKAPROOF_CLUSTER}}-{n['service']}' ({n['container']!r} here)")
+        addresses = [(net or {}).get("ipv4_address") for net in (svc.get("networks") or {}).values()]
+        if n["ip"] not in addresses:
+            problems.append(f"services.{n['service']}.networks: no ipv4_address {n['ip']} "
+                            f"('${{KAFKAPROOF_NET_PREFIX}}.{n['ip'].rsplit('.', 1)[1]}'); found {addresses}")
+    for kind in ("services", "networks", "volumes"):
+        for name, item in sorted((model.get(kind) or {}).items()):
+            if (item or {}).get("external"):
+                continue
+            if ((item or {}).get("labels") or {}).get(label) != project:
+                problems.append(f"{kind}.{name}.labels: needs {label}: ${{KAFKAPROOF_CLUSTER}} ({project!r} here), "
+                                f"or `cluster down` could not find it")
+    return problems
+
+
+NETWORK_FAULTS_ENV = "KAFKAPROOF_COMPOSE_NETWORK_FAULTS"
+NETWORK_FAULTS_MODES = ("auto", "netns", "engine")
+
+
+def network_faults_mode(requested: str, engine_is_local: bool, can_netns: bool) -> str:
+    """Pure: how network faults enter the containers: `netns` (named namespaces on this host: the engine
+    runs here and we are root) or `engine` (tools containers through the engine API, anywhere)."""
+    if requested not in NETWORK_FAULTS_MODES:
+        raise ClusterError(f"{NETWORK_FAULTS_ENV}={requested!r}: allowed {', '.join(NETWORK_FAULTS_MODES)}")
+    if requested == "netns" and not (engine_is_local and can_netns):
+        raise ClusterError(f"{NETWORK_FAULTS_ENV}=netns needs root and the Docker engine on this machine "
+                           f"(the engine is {'here' if engine_is_local else 'elsewhere'}, "
+                           f"{'root' if can_netns else 'not root'}); use `engine` or `auto`")
+    if requested == "auto":
+        return "netns" if engine_is_local and can_netns else "engine"
+    return requested
+
+
+def _users_file(path: str) -> Path:
+    p = Path(path).expanduser().resolve()
+    if not p.is_file():
+        raise ClusterError(f"cluster.compose_file {path}: no such file")
+    return p
+
+
 def _env_value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
@@ -88,38 +149,46 @@ class ComposeCluster(StatefulCluster):
 
     def __init__(self, name: str):
         super().__init__(name)
-        if state.load_state(name).get("backend") != "compose":
+        st = state.load_state(name)
+        if st.get("backend") != "compose":
             raise ClusterError(f"cluster {name!r} is not a compose cluster")
+        if st.get("engine"):
+            de.bind_engine(st["engine"])
 
     @property
     def supported_faults(self) -> frozenset[str]:
-        """Every kind; network faults when the containers' namespaces are reachable here (root, local engine)."""
-        netns = self.state()["network"] == "netns"
-        return frozenset(k for k in FAULT_KINDS if netns or k not in NETWORK_KINDS)
+        """Every kind: network faults enter the containers by their namespaces or through the engine."""
+        return frozenset(FAULT_KINDS)
 
     @staticmethod
     def supported_for() -> frozenset[str]:
         """The fault kinds a compose cluster started here will support."""
-        netns = network.namespaces_supported()
-        return frozenset(k for k in FAULT_KINDS if netns or k not in NETWORK_KINDS)
+        return frozenset(FAULT_KINDS)
 
     def unsupported_reason(self, kind: str) -> str:
-        return (f"network fault {kind!r} needs the containers' network namespaces: run as root with the "
-                f"Docker engine on this machine (DOCKER_HOST {de.engine_url()})")
+        return f"fault {kind!r} is not supported on compose cluster {self.name}"
 
     # --- lifecycle ------------------------------------------------------------
     @classmethod
     def up(cls, config: ClusterConfig, image: str | None = None) -> "ComposeCluster":
-        """Start a compose cluster and return once every broker is registered and the quorum has a leader."""
+        """Start a compose cluster and return once every broker is registered and the quorum has a leader.
+
+        The image: `image`, else the config's, else `$KAFKAPROOF_KAFKA_IMAGE` (pulled when the engine
+        lacks it), else `kafkaproof/kafka:<kafka_version>` built locally."""
         config.validate()
         project = de.check_cluster(config.name)
         if state.state_path(config.name).exists():
             raise ClusterError(f"a cluster named {config.name!r} is already up; `kafkaproof cluster down "
                                f"--name {config.name}` first")
         stem = compose_topology(config.brokers, config.controllers)
-        de.ensure_engine()
+        engine = de.ensure_engine()
+        mode = network_faults_mode(os.environ.get(NETWORK_FAULTS_ENV) or "auto", de.is_local_engine(engine),
+                                   network.namespaces_supported())
         de.ensure_compose_cli()
-        image = image or de.ensure_image(config.kafka_version)
+        image = image or config.image or os.environ.get(de.KAFKA_IMAGE_ENV)
+        image = de.ensure_pulled(image) if image else de.ensure_image(config.kafka_version)
+        if mode == "engine":
+            de.ensure_tools_image()
         t0 = time.monotonic()
         workdir = state.cluster_dir(config.name)
         with state.locked(config.name):
@@ -130,10 +199,11 @@ class ComposeCluster(StatefulCluster):
                 front_with_proxies(nodes, "127.0.0.1", free_ports("127.0.0.1", config.brokers))
             override = workdir / "override.yml"
             override.write_text(override_yaml(config, nodes))
+            base_file = _users_file(config.compose_file) if config.compose_file else de.compose_file(stem)
             st = {"name": config.name, "backend": "compose", "slot": slot, "cluster_id": new_cluster_id(),
-                  "network": "netns" if network.namespaces_supported() else "bridge",
+                  "network": mode, "engine": engine,
                   "kafka_version": config.kafka_version, "image": image, "proxy": config.proxy,
-                  "compose": {"project": project, "files": [str(de.compose_file(stem)), str(override)],
+                  "compose": {"project": project, "files": [str(base_file), str(override)],
                               "net_prefix": prefix},
                   "config": config.node_layout(),
                   "nodes": nodes, "faults": [], "created_wall": time.time()}
@@ -141,6 +211,8 @@ class ComposeCluster(StatefulCluster):
         cluster = cls(config.name)
         try:
             de.remove_labelled(project)  # leftovers of a crashed run of the same name
+            if config.compose_file:
+                cluster._check_model(base_file)
             cluster._compose(["up", "-d", "--no-build"])
             for n in nodes:
                 cluster._attach(n["id"])
@@ -154,6 +226,21 @@ class ComposeCluster(StatefulCluster):
             raise
         log.info("compose cluster %s ready in %.1fs (%s, image %s)", config.name, time.monotonic() - t0, stem, image)
         return cluster
+
+    def _check_model(self, path: Path) -> None:
+        """Refuse a user's compose file that breaks our conventions, naming each field, before anything starts."""
+        proc = self._compose(["config", "--format", "json"], check=False)
+        if proc.returncode != 0:
+            raise ClusterError(f"{path}: `docker compose config` rejects it: {proc.stderr.strip()[-1000:]}")
+        problems = compose_model_problems(json.loads(proc.stdout), self.state()["nodes"],
+                                          self.state()["compose"]["project"])
+        if problems:
+            raise ClusterError(f"{path}: not usable as a kafkaproof compose file (start from compose/"
+                               f"{compose_topology(*self._layout())}.yml; docs/compose.md):\n  " + "\n  ".join(problems))
+
+    def _layout(self) -> tuple[int, int]:
+        c = self.state()["config"]
+        return c["brokers"], c["controllers"]
 
     def _compose(self, args: list[str], check: bool = True):
         st = self.state()
@@ -171,7 +258,7 @@ class ComposeCluster(StatefulCluster):
             for n in st["nodes"]:
                 self._save_log(n)
         for n in st["nodes"]:
-            if n.get("link"):
+            if n.get("link") and st["network"] == "netns":
                 de.detach_netns(n["link"]["namespace"])
         try:
             self._compose(["down", "-v", "--timeout", "10" if graceful else "0"], check=False)
@@ -202,14 +289,18 @@ class ComposeCluster(StatefulCluster):
         return f"{st.get('Pid')}:{st.get('StartedAt')}" if st.get("Running") else None
 
     def _attach(self, node_id: int) -> None:
-        """Name the container's (new) network namespace and record its link, when network faults are possible."""
-        if self.state()["network"] != "netns":
-            return
-        node = self.node(node_id)
-        ns = f"kp{self.state()['slot']}n{node_id}"
-        de.attach_netns(node["container"], ns)
-        link = NodeLink(namespace=ns, veth_host=de.host_veth(node["container"]),
-                        host_ip=f"{self.state()['compose']['net_prefix']}.1", node_ip=node["ip"])
+        """Record how network faults enter the node's container: its (new) namespace named here
+        (`netns`), or the container itself, entered through the engine (`engine`)."""
+        st, node = self.state(), self.node(node_id)
+        host_ip = f"{st['compose']['net_prefix']}.1"
+        if st["network"] == "netns":
+            ns = f"kp{st['slot']}n{node_id}"
+            de.attach_netns(node["container"], ns)
+            link = NodeLink(namespace=ns, veth_host=de.host_veth(node["container"]), host_ip=host_ip, node_ip=node["ip"])
+        elif node.get("link"):
+            return  # the container keeps its name across restarts
+        else:
+            link = NodeLink(namespace=f"docker:{node['container']}", veth_host="", host_ip=host_ip, node_ip=node["ip"])
         with state.update_state(self.name) as st:
             for n in st["nodes"]:
                 if n["id"] == node_id:
@@ -280,7 +371,8 @@ class ComposeCluster(StatefulCluster):
 
     def status_fields(self, st: dict[str, Any]) -> dict[str, Any]:
         return {"backend": "compose", "kafka_version": st["kafka_version"], "image": st["image"],
-                "project": st["compose"]["project"], "network": st["network"]}
+                "project": st["compose"]["project"], "network": st["network"],
+                "engine": st.get("engine")}
 
     def _dump_log_tails(self, lines: int = 15) -> None:
         try:

@@ -5,10 +5,14 @@ kafkaproof's own engine (scripts/docker-engine.sh), a system engine or a remote 
 Only what needs the container's kernel objects (`container_pid`, `attach_netns`,
 `host_veth`) requires the engine to run on this host.
 
-Network faults reuse `network.py` unchanged: `attach_netns(container, "kp<s>n<id>")` names
-the container's network namespace like a local node's (`ip netns attach`), so
-`ip netns exec kp<s>n<id> nft ...` acts inside the container. A container that is started
-again gets a new namespace: attach it again after every (re)start.
+Network faults reuse `network.py` in one of two ways. With the engine on this host and root,
+`attach_netns(container, "kp<s>n<id>")` names the container's network namespace like a local
+node's (`ip netns attach`), so `ip netns exec kp<s>n<id> nft ...` acts inside the container
+(a container started again gets a new namespace: attach it again after every (re)start).
+Otherwise (an engine on another machine, or no root) the node's namespace is `docker:<container>`
+and every nft/tc command runs in a short-lived tools container that shares the target's
+network (`netns_command`: `docker run --rm --network container:<name> --cap-add NET_ADMIN`),
+as Airflow's DockerOperator would run it; only the container's own end of its link exists then.
 
 Everything kafkaproof creates carries the label `io.kafkaproof.cluster=<name>` (the compose
 files set it on containers, networks and volumes); `remove_labelled(name)` removes exactly that.
@@ -34,6 +38,12 @@ CLUSTER_LABEL = "io.kafkaproof.cluster"
 OWN_SOCKET = Path("/run/kafkaproof-docker/docker.sock")
 DEFAULT_SOCKET = Path("/var/run/docker.sock")
 IMAGE_REPOSITORY = "kafkaproof/kafka"
+# The image of the tools containers entering a node's network (nft, tc): the base of our Kafka
+# image has nftables and iproute2; any image with both works (e.g. nicolaka/netshoot).
+KAFKA_IMAGE_ENV = "KAFKAPROOF_KAFKA_IMAGE"  # a Kafka image of the user's for every compose cluster
+TOOLS_IMAGE_ENV = "KAFKAPROOF_TOOLS_IMAGE"
+DEFAULT_TOOLS_IMAGE = "kafkaproof/base:bookworm"
+TOOL_LABEL = "io.kafkaproof.tool"
 # Compose project names and label values we accept: what compose itself allows, kept short.
 _CLUSTER_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _SCRIPT_TIMEOUT_S = 1800.0  # a first image build (debootstrap) or compose build takes minutes
@@ -51,6 +61,40 @@ def engine_url() -> str:
     if DEFAULT_SOCKET.is_socket():
         return f"unix://{DEFAULT_SOCKET}"
     return f"unix://{OWN_SOCKET}"
+
+
+def bind_engine(url: str) -> None:
+    """Use the engine at `url` for the rest of this process (a cluster's engine, from its state file)."""
+    if os.environ.get("DOCKER_HOST") not in (None, url):
+        log.info("using the engine %s the cluster was started on (DOCKER_HOST was %s)", url, os.environ["DOCKER_HOST"])
+    os.environ["DOCKER_HOST"] = url
+
+
+def is_local_engine(url: str) -> bool:
+    """Pure-ish: whether the engine at `url` runs on this machine (a unix socket that exists here)."""
+    return url.startswith("unix://") and Path(url[len("unix://"):]).is_socket()
+
+
+def tools_image() -> str:
+    """The image of the tools containers that run nft/tc in a node's network (`$KAFKAPROOF_TOOLS_IMAGE`)."""
+    return os.environ.get(TOOLS_IMAGE_ENV) or DEFAULT_TOOLS_IMAGE
+
+
+def netns_command(container: str) -> list[str]:
+    """Command prefix running a program in `container`'s network namespace through the engine: a
+    tools container with `--network container:<name>` and NET_ADMIN, removed when it exits."""
+    return [_docker_binary(), "-H", engine_url(), "run", "--rm", "-i", "--network", f"container:{container}",
+            "--cap-add", "NET_ADMIN", "--label", f"{TOOL_LABEL}=netns", "--entrypoint", "", tools_image()]
+
+
+def ensure_tools_image() -> str:
+    """The tools image, checked to be on the engine (ClusterError saying how to get it otherwise)."""
+    image = tools_image()
+    if docker("image", "inspect", image, check=False).returncode != 0:
+        hint = ("`bash scripts/docker-image.sh <kafka version>` builds it" if image == DEFAULT_TOOLS_IMAGE
+                else f"`docker pull {image}`, or unset {TOOLS_IMAGE_ENV} to use {DEFAULT_TOOLS_IMAGE}")
+        raise ClusterError(f"network faults on containers need the tools image {image} on {engine_url()}: {hint}")
+    return image
 
 
 def docker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -121,6 +165,19 @@ def ensure_image(version: str) -> str:
     if not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise ClusterError(f"Kafka version {version!r} is not of the form X.Y.Z")
     return _run_script("docker-image.sh", version, env={"DOCKER_HOST": engine_url()})
+
+
+def ensure_pulled(image: str) -> str:
+    """A user's image (apache/kafka:4.1.0, a registry's): used when the engine has it, pulled otherwise."""
+    if docker("image", "inspect", image, check=False).returncode == 0:
+        return image
+    log.info("pulling %s on %s", image, engine_url())
+    proc = docker("pull", image, check=False, timeout=900)
+    if proc.returncode != 0:
+        raise ClusterError(f"image {image} is not on {engine_url()} and `docker pull` failed: "
+                           f"{(proc.stderr or proc.stdout).strip()[-500:]}\n(no registry reachable? build or load it "
+                           f"there, or leave the image unset for kafkaproof/kafka:<version>, built locally)")
+    return image
 
 
 def ensure_compose_cli() -> None:

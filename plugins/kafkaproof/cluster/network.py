@@ -8,7 +8,11 @@ veths and the root namespace, where nothing else filters it. Faults install
 nftables tables named `kp_<fault_id>` inside node namespaces; deleting the table
 heals the fault.
 
-Every function here acts only on names with the `kp` prefix it created.
+Every function here acts only on names with the `kp` prefix it created, and on the network
+namespaces of a compose cluster's containers named `docker:<container>`: those are entered by
+a short-lived tools container sharing the target's network (`docker run --network
+container:<name> --cap-add NET_ADMIN`, see `docker_engine.netns_command`), which works with an
+engine on another machine too.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from ..spec.cluster import NodeLink
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^kp\d{1,3}n\d{1,4}$")
+# A compose cluster's container whose network namespace is entered through the Docker engine.
+ENGINE_NS_RE = re.compile(r"^docker:[a-z0-9][a-z0-9_.-]{0,127}$")
 NFT_TABLE_RE = re.compile(r"^kp_[A-Za-z0-9_]+$")
 
 
@@ -45,7 +51,7 @@ def run(cmd: list[str], *, check: bool = True, input: str | None = None) -> subp
 
 
 def _check_name(name: str) -> None:
-    if not NAME_RE.match(name):
+    if not (NAME_RE.match(name) or ENGINE_NS_RE.match(name)):
         raise FaultError(f"refusing to touch {name!r}: not a kafkaproof namespace")
 
 
@@ -89,6 +95,9 @@ def list_kafkaproof_namespaces() -> list[str]:
 
 def netns_prefix(namespace: str | None) -> list[str]:
     """Command prefix to run something inside `namespace` (empty for the root namespace)."""
+    if namespace and ENGINE_NS_RE.match(namespace):
+        from .docker_engine import netns_command  # docker_engine builds on this module
+        return netns_command(namespace.split(":", 1)[1])
     return ["ip", "netns", "exec", namespace] if namespace else []
 
 
@@ -115,9 +124,9 @@ def nft_ruleset(table: str, input_rules: list[str], output_rules: list[str]) -> 
 def nft_apply(namespace: str, script: str) -> None:
     """Load an nft script inside a node namespace."""
     _check_name(namespace)
-    if not shutil.which("nft"):
+    if NAME_RE.match(namespace) and not shutil.which("nft"):
         raise FaultError("network faults need nftables: apt-get install nftables")
-    proc = run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], check=False, input=script)
+    proc = run(netns_prefix(namespace) + ["nft", "-f", "-"], check=False, input=script)
     if proc.returncode != 0:
         raise FaultError(f"nft rejected the rules in {namespace}: {proc.stderr.strip()}\n{script}")
 
@@ -127,7 +136,7 @@ def nft_delete_table(namespace: str, table: str) -> None:
     _check_name(namespace)
     if not NFT_TABLE_RE.match(table):
         raise FaultError(f"refusing to delete nft table {table!r}: not created by kafkaproof")
-    run(["ip", "netns", "exec", namespace, "nft", "delete", "table", "inet", table], check=False)
+    run(netns_prefix(namespace) + ["nft", "delete", "table", "inet", table], check=False)
 
 
 def nft_dropped(namespace: str, table: str) -> dict[str, int]:
@@ -135,7 +144,7 @@ def nft_dropped(namespace: str, table: str) -> dict[str, int]:
     _check_name(namespace)
     if not NFT_TABLE_RE.match(table):
         raise FaultError(f"refusing to read nft table {table!r}: not created by kafkaproof")
-    proc = run(["ip", "netns", "exec", namespace, "nft", "-j", "list", "table", "inet", table], check=False)
+    proc = run(netns_prefix(namespace) + ["nft", "-j", "list", "table", "inet", table], check=False)
     if proc.returncode != 0:
         return {}
     return counters_from_json(proc.stdout)
@@ -157,7 +166,7 @@ def counters_from_json(text: str) -> dict[str, int]:
 def nft_tables(namespace: str) -> list[str]:
     """Names of the nft tables inside a node namespace."""
     _check_name(namespace)
-    proc = run(["ip", "netns", "exec", namespace, "nft", "list", "tables"], check=False)
+    proc = run(netns_prefix(namespace) + ["nft", "list", "tables"], check=False)
     return [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("table")]
 
 
@@ -171,20 +180,26 @@ def tbf_args(rate_kbit: int, burst_kbit: int | None = None, latency_ms: int = 50
     return ["tbf", "rate", f"{rate_kbit}kbit", "burst", f"{burst}kbit", "latency", f"{latency_ms}ms"]
 
 
-def tc_limit(link: NodeLink, rate_kbit: int) -> None:
-    """Limit a node's bandwidth both ways: egress of its eth0 and of the host veth toward it."""
+def _tc_ends(link: NodeLink, *args: str) -> list[list[str]]:
+    """`tc ARGS dev <if>` at both ends of a node's link: its eth0, and the host veth toward it when
+    there is one here (a container entered through the engine has only its own end)."""
     _check_name(link.namespace)
-    args = tbf_args(rate_kbit)
-    run(["ip", "netns", "exec", link.namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", *args])
-    run(["tc", "qdisc", "replace", "dev", link.veth_host, "root", *args])
+    cmds = [netns_prefix(link.namespace) + ["tc", *args, "dev", "eth0"]]
+    if link.veth_host:
+        cmds.append(["tc", *args, "dev", link.veth_host])
+    return cmds
+
+
+def tc_limit(link: NodeLink, rate_kbit: int) -> None:
+    """Limit a node's bandwidth: egress of its eth0 and of the host veth toward it (both ways)."""
+    for cmd in _tc_ends(link, "qdisc", "replace"):
+        run(cmd + ["root", *tbf_args(rate_kbit)])
 
 
 def tc_stats(link: NodeLink) -> dict[str, int]:
     """What our token buckets on a node's link held back so far: overlimits and drops, summed over both ends."""
-    _check_name(link.namespace)
     total = {"overlimits": 0, "dropped": 0}
-    for cmd in (["ip", "netns", "exec", link.namespace, "tc", "-s", "-j", "qdisc", "show", "dev", "eth0"],
-                ["tc", "-s", "-j", "qdisc", "show", "dev", link.veth_host]):
+    for cmd in _tc_ends(link, "-s", "-j", "qdisc", "show"):
         proc = run(cmd, check=False)
         if proc.returncode == 0:
             for k, v in qdisc_stats_from_json(proc.stdout).items():
@@ -206,9 +221,7 @@ def qdisc_stats_from_json(text: str) -> dict[str, int]:
 def tc_limited(link: NodeLink) -> bool:
     """Whether a token bucket of ours still limits a node's link (at either end)."""
     import json
-    _check_name(link.namespace)
-    for cmd in (["ip", "netns", "exec", link.namespace, "tc", "-j", "qdisc", "show", "dev", "eth0"],
-                ["tc", "-j", "qdisc", "show", "dev", link.veth_host]):
+    for cmd in _tc_ends(link, "-j", "qdisc", "show"):
         proc = run(cmd, check=False)
         if proc.returncode == 0 and any(q.get("kind") == "tbf" for q in json.loads(proc.stdout or "[]")):
             return True
@@ -217,6 +230,5 @@ def tc_limited(link: NodeLink) -> bool:
 
 def tc_clear(link: NodeLink) -> None:
     """Remove our bandwidth limits from a node's link."""
-    _check_name(link.namespace)
-    run(["ip", "netns", "exec", link.namespace, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
-    run(["tc", "qdisc", "del", "dev", link.veth_host, "root"], check=False)
+    for cmd in _tc_ends(link, "qdisc", "del"):
+        run(cmd + ["root"], check=False)

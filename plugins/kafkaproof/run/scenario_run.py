@@ -205,7 +205,8 @@ class ScenarioRun:
                                           f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
             stack.callback(self._copy_node_logs)
         elif self.options.bootstrap is None:
-            cfg = cluster_config(data, self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")
+            cfg = cluster_config(data, self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}",
+                                 self.scenario.directory)
             self._refuse_unsupported(backend_class(cfg.backend).supported_for(), cfg.backend)
             with self.phase("provision"):
                 self.cluster = start_cluster(cfg)

@@ -62,6 +62,8 @@ class ClusterConfig:
     start_timeout_s: float = 120.0
     proxy: bool = False  # a fault proxy per broker on the client path
     backend: str = "local"  # local (JVMs on this host) | compose (containers of a compose project)
+    image: str | None = None  # compose: the Kafka image (None: kafkaproof/kafka:<kafka_version>, built locally)
+    compose_file: str | None = None  # compose: the user's own file instead of compose/<topology>.yml
 
     def validate(self) -> "ClusterConfig":
         check_cluster_name(self.name)
@@ -77,6 +79,8 @@ class ClusterConfig:
             raise ClusterError(f"backend must be one of {', '.join(CLUSTER_BACKENDS)}, got {self.backend!r}")
         if self.backend == "compose":
             compose_topology(self.brokers, self.controllers)
+        elif self.image or self.compose_file:
+            raise ClusterError(f"image/compose_file: only the compose backend takes them (backend is {self.backend})")
         for node_id in self.node_config:
             if node_id not in self.node_ids():
                 raise ClusterError(f"node_config names node {node_id}, which this cluster does not have "
@@ -257,10 +261,15 @@ def plan_link(slot: int, position: int, node_id: int) -> NodeLink:
                     node_ip=f"{SUBNET_PREFIX}.{slot}.{base + 2}")
 
 
-def cluster_config(data: dict, name: str) -> ClusterConfig:
-    """Pure: the local cluster a resolved scenario asks for."""
+def cluster_config(data: dict, name: str, base: Path | None = None) -> ClusterConfig:
+    """Pure: the cluster a resolved scenario asks for (`base`: the scenario file's directory, which a
+    relative `compose_file` is relative to)."""
     c = data["cluster"]
+    compose_file = c.get("compose_file")
+    if compose_file and base is not None and not Path(compose_file).is_absolute():
+        compose_file = str(base / compose_file)
     return ClusterConfig(name=name, brokers=c["brokers"], controllers=c["controllers"],
                          kafka_version=c["kafka_version"], broker_config=c["config"],
                          node_config={int(k): v for k, v in c["node_config"].items()},
-                         proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"))
+                         proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"),
+                         image=c.get("image"), compose_file=compose_file)

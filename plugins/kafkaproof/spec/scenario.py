@@ -74,6 +74,13 @@ SCHEMA: dict[str, Any] = {
                 "backend": {"enum": list(CLUSTER_BACKENDS),
                             "description": "local: Kafka JVMs on this host (default); compose: containers of a "
                                            "Docker Compose project (compose/)"},
+                "compose_file": {"type": "string", "minLength": 1,
+                                 "description": "compose backend: your own compose file instead of "
+                                                "compose/<topology>.yml (relative to this scenario file), keeping "
+                                                "kafkaproof's service names, addresses and labels (docs/compose.md)"},
+                "image": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$",
+                          "description": "compose backend: the Kafka image (default kafkaproof/kafka:<kafka_version>, "
+                                         "built locally); any image configured like apache/kafka"},
             }},
         "topic": {
             "type": "object", "additionalProperties": False,
@@ -237,6 +244,11 @@ class Scenario:
     def guarantee(self) -> str:
         return self.data["guarantee"]
 
+    @property
+    def directory(self) -> Path | None:
+        """The scenario file's directory (relative paths in it, e.g. `cluster.compose_file`, start there)."""
+        return Path(self.path).parent if self.path else None
+
     def to_json(self) -> dict[str, Any]:
         """The resolved scenario as JSON (it travels between Airflow tasks as is: no file is read again)."""
         return {"name": self.name, "path": self.path, "data": self.data}
@@ -381,6 +393,11 @@ def _check_semantics(data: dict, source: str) -> None:
             compose_topology(brokers, controllers)
         except ClusterError as e:
             fail("cluster.backend", f"compose: {e}")
+    else:
+        for key in ("image", "compose_file"):
+            if data["cluster"].get(key):
+                fail(f"cluster.{key}", "only the compose backend takes it (set cluster.backend: compose); the "
+                                       "local backend runs the jars of cluster.kafka_version on this host")
     topic = data["topic"]
     if topic["replication_factor"] > brokers:
         fail("topic.replication_factor", f"{topic['replication_factor']} is more than the {brokers} broker(s)")

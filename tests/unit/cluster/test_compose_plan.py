@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kafkaproof.cluster.compose import env_name, override_yaml, plan_nodes
-from kafkaproof.errors import ClusterError
+from kafkaproof.cluster import network
+from kafkaproof.cluster.compose import (compose_model_problems, env_name, network_faults_mode, override_yaml,
+                                        plan_nodes)
+from kafkaproof.errors import ClusterError, FaultError
 from kafkaproof.spec.cluster import ClusterConfig, compose_topology as topology
 
 pytestmark = pytest.mark.unit
@@ -63,3 +65,47 @@ def test_proxies_front_the_brokers_client_listeners_not_the_controller():
     assert (nodes[0]["advertised_host"], nodes[0]["advertised_port"]) == ("127.0.0.1", 41001)
     assert nodes[1]["proxy"]["peers"] == {"1": "127.0.0.1:41001", "3": "127.0.0.1:41003"}
     assert nodes[0]["internal_port"] == 9094  # kafkaproof's own clients stay off the proxies
+
+
+def test_network_faults_enter_containers_by_namespace_here_and_through_the_engine_elsewhere():
+    assert network_faults_mode("auto", engine_is_local=True, can_netns=True) == "netns"
+    assert network_faults_mode("auto", engine_is_local=False, can_netns=True) == "engine"
+    assert network_faults_mode("auto", engine_is_local=True, can_netns=False) == "engine"
+    assert network_faults_mode("engine", engine_is_local=True, can_netns=True) == "engine"
+    with pytest.raises(ClusterError, match="netns needs root and the Docker engine on this machine.*elsewhere"):
+        network_faults_mode("netns", engine_is_local=False, can_netns=True)
+    with pytest.raises(ClusterError, match="KAFKAPROOF_COMPOSE_NETWORK_FAULTS='docker': allowed auto, netns, engine"):
+        network_faults_mode("docker", engine_is_local=True, can_netns=True)
+
+
+def test_a_container_namespace_is_entered_by_a_tools_container_on_the_cluster_engine(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.5:2375")
+    monkeypatch.setenv("KAFKAPROOF_TOOLS_IMAGE", "nicolaka/netshoot")
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    prefix = network.netns_prefix("docker:kp-e1-kafka2")
+    assert prefix[1:] == ["-H", "tcp://10.0.0.5:2375", "run", "--rm", "-i", "--network", "container:kp-e1-kafka2",
+                          "--cap-add", "NET_ADMIN", "--label", "io.kafkaproof.tool=netns", "--entrypoint", "",
+                          "nicolaka/netshoot"]
+    assert network.netns_prefix("kp3n1") == ["ip", "netns", "exec", "kp3n1"]
+    link = network.NodeLink(namespace="docker:kp-e1-kafka2", veth_host="", host_ip="10.79.1.1", node_ip="10.79.1.12")
+    assert network._tc_ends(link, "qdisc", "show") == [prefix + ["tc", "qdisc", "show", "dev", "eth0"]]  # its own end
+    with pytest.raises(FaultError, match="not a kafkaproof namespace"):
+        network._check_name("docker:../etc")
+
+
+def test_a_users_compose_file_is_checked_against_the_conventions_field_by_field():
+    nodes = plan_nodes(ClusterConfig(name="kp-e1", brokers=2, backend="compose"), "kp-e1", "10.79.3")
+    good = {"services": {n["service"]: {"container_name": n["container"], "labels": {"io.kafkaproof.cluster": "kp-e1"},
+                                        "networks": {"kafka": {"ipv4_address": n["ip"]}}} for n in nodes},
+            "networks": {"kafka": {"labels": {"io.kafkaproof.cluster": "kp-e1"}}},
+            "volumes": {"kafka1-data": {"labels": {"io.kafkaproof.cluster": "kp-e1"}}, "shared": {"external": True}}}
+    assert compose_model_problems(good, nodes, "kp-e1") == []
+    bad = {"services": {"kafka1": {"container_name": "broker-1", "networks": {"default": None},
+                                   "labels": {"io.kafkaproof.cluster": "kp-e1"}}},
+           "networks": {"kafka": {}}}
+    assert compose_model_problems(bad, nodes, "kp-e1") == [
+        "services.kafka1.container_name: 'broker-1', must be '${KAFKAPROOF_CLUSTER}-kafka1' ('kp-e1-kafka1' here)",
+        "services.kafka1.networks: no ipv4_address 10.79.3.11 ('${KAFKAPROOF_NET_PREFIX}.11'); found [None]",
+        "services.kafka2: missing (node 2; this topology needs services kafka1, kafka2)",
+        "networks.kafka.labels: needs io.kafkaproof.cluster: ${KAFKAPROOF_CLUSTER} ('kp-e1' here), or `cluster down` "
+        "could not find it"]

@@ -66,6 +66,9 @@ def test_duration_replaces_default_message_count(tmp_path):
     ({"topic": {"replication_factor": 5}}, "topic.replication_factor: 5 is more than the 3 broker(s)"),
     ({"expect": {"detect": ["gremlins"]}}, "expect"),
     ({"cluster": {"kafka_version": "2.8.1"}}, "cluster.kafka_version: Kafka version '2.8.1' is not supported"),
+    ({"cluster": {"image": "apache/kafka:3.9.1"}}, "cluster.image: only the compose backend takes it"),
+    ({"cluster": {"compose_file": "my.yml"}}, "cluster.compose_file: only the compose backend takes it"),
+    ({"cluster": {"backend": "compose", "image": "apache kafka"}}, "cluster.image: 'apache kafka' does not match"),
     ({"producers": {"transactions": {"batch": 5}, "config": {"enable.idempotence": False}}}, "transactions need idempotence"),
 ])
 def test_errors_name_file_field_and_what_is_allowed(tmp_path, patch, message):

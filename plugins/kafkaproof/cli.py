@@ -194,10 +194,12 @@ def cmd_batch(args) -> int:
 
 def cmd_scenario_validate(args) -> int:
     from .faults import check_scenario_faults
+    from .run.client_config import check_client_config
     from .spec import scenario as scenario_mod
     for path in args.files:
         s = scenario_mod.load(path)
         check_scenario_faults(s)
+        check_client_config(s)
         print(f"ok: {path} ({s.name}, {s.guarantee}, expect {s.expect['outcome']})")
     return 0
 

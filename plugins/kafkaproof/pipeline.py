@@ -58,8 +58,10 @@ def resolve(scenario: Scenario, messages: int | None = None, kafka_version: str 
             brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None) -> Scenario:
     """The scenario as it will run: with the run's overrides, every fault checked. ScenarioError naming
     the file and field when it cannot take them — before anything starts."""
+    from .run.client_config import check_client_config
     resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap, backend)
     check_scenario_faults(resolved)
+    check_client_config(resolved)
     return resolved
 
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from ..cluster.backend import ClusterBackend
 from ..spec import ledger
+from .java_driver import COMPLETIONS_TSV, EVENTS_TSV, READS_TSV, SENDS_TSV, TXNS_TSV, read_tsv
 from .workload import COMPLETION_STREAM, SEND_STREAM, TXN_STREAM, classify_delivery, read_stream
 
 log = logging.getLogger(__name__)
@@ -23,9 +24,7 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offset
     import pandas as pd
     frames = []
     for i in range(producers):
-        s = read_stream(work / f"producer-{i}.sends.arrow", SEND_STREAM).to_pandas()
-        c = read_stream(work / f"producer-{i}.completions.arrow", COMPLETION_STREAM).to_pandas()
-        t = read_stream(work / f"producer-{i}.txns.arrow", TXN_STREAM).to_pandas()
+        s, c, t = (table.to_pandas() for table in producer_streams(work, i))
         c = c.drop_duplicates("value_id", keep="first")
         df = s.merge(c, on="value_id", how="outer")
         df["producer"] = i
@@ -38,8 +37,11 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offset
                                               "seq": [v - (i << ledger.VALUE_ID_PRODUCER_SHIFT) for v in orphans]})],
                            ignore_index=True)
         df["partition"] = df["partition"].fillna(-1)
-        df["outcome"] = [classify_delivery(None if pd.isna(n) else n, int(p)) if not pd.isna(ts) else "indefinite"
-                         for n, p, ts in zip(df["error_name"], df["partition"], df["complete_ns"])]
+        # The Java driver classifies its exceptions itself (docs/java-client.md); librdkafka's errors here.
+        given = df["outcome"] if "outcome" in df else [None] * len(df)
+        df["outcome"] = [("indefinite" if pd.isna(ts) else o if isinstance(o, str)
+                          else classify_delivery(None if pd.isna(n) else n, int(p)))
+                         for n, p, ts, o in zip(df["error_name"], df["partition"], df["complete_ns"], given)]
         df.loc[df["outcome"] != "ok", "offset"] = None
         if not offsets_from_broker:
             df["offset"] = None
@@ -58,9 +60,24 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offset
     return pa.Table.from_pandas(pd.DataFrame(cols), schema=ledger.SENDS, preserve_index=False)
 
 
+def producer_streams(work: Path, index: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """A producer's sends, completions and transactions, as the Python worker (Arrow streams) or the
+    Java driver (TSV; its completions carry their own `outcome`) wrote them."""
+    if (work / f"producer-{index}.sends.tsv").exists():
+        return (read_tsv(work / f"producer-{index}.sends.tsv", SENDS_TSV),
+                read_tsv(work / f"producer-{index}.completions.tsv", COMPLETIONS_TSV),
+                read_tsv(work / f"producer-{index}.txns.tsv", TXNS_TSV))
+    return (read_stream(work / f"producer-{index}.sends.arrow", SEND_STREAM),
+            read_stream(work / f"producer-{index}.completions.arrow", COMPLETION_STREAM),
+            read_stream(work / f"producer-{index}.txns.arrow", TXN_STREAM))
+
+
 def assemble_consumer_tables(work: Path) -> tuple[pa.Table, pa.Table]:
+    """Every consumer incarnation's reads and events (Arrow streams of the Python worker, TSV of the Java one)."""
     reads = [read_stream(p, ledger.READS) for p in sorted(work.glob("consumer-*.reads.arrow"))]
+    reads += [read_tsv(p, READS_TSV) for p in sorted(work.glob("consumer-*.reads.tsv"))]
     events = [read_stream(p, ledger.CONSUMER_EVENTS) for p in sorted(work.glob("consumer-*.events.arrow"))]
+    events += [read_tsv(p, EVENTS_TSV) for p in sorted(work.glob("consumer-*.events.tsv"))]
     return (pa.concat_tables(reads) if reads else ledger.READS.empty_table(),
             pa.concat_tables(events) if events else ledger.CONSUMER_EVENTS.empty_table())
 

@@ -28,6 +28,7 @@ from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, star
 from ..cluster.heal import now
 from ..errors import KafkaproofError
 from ..faults import FaultInjector, check_scenario_faults
+from .client_config import check_client_config
 from ..spec import ledger
 from ..spec.clients import (ClientConfigError, apply_overrides, effective_clients, environment_overrides,
                             producer_settings)
@@ -102,6 +103,7 @@ class ScenarioRun:
         configured = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
                                              options.bootstrap, options.backend)
         check_scenario_faults(configured)  # the proxy's own rule parser, before anything starts
+        check_client_config(configured)  # the client's own property names
         try:
             self.environment_overrides = environment_overrides(os.environ)
         except ClientConfigError as e:
@@ -297,12 +299,15 @@ class ScenarioRun:
         prod = data["producers"]
         consumer_spec = {k: cons[k] for k in ("mode", "isolation_level", "commit", "processing_ms", "config")}
         consumer_spec["group"] = cons.get("group", "")
+        version = data["cluster"]["kafka_version"]
+        consumer_spec.update(client=cons.get("client", "librdkafka"), client_version=cons.get("client_version", version))
         if cons["mode"] == "assign":
             consumer_spec["partitions"] = list(range(data["topic"]["partitions"]))
         producer_spec = {k: prod[k] for k in ("rate", "value_size", "keys", "config") if k in prod}
         producer_spec.update({k: prod[k] for k in ("messages", "duration_s", "transactions") if k in prod})
         producer_spec["bootstrap"] = self._producer_bootstrap()
         producer_spec["offsets_from_broker"] = producer_settings(prod, 0)["offsets_from_broker"]
+        producer_spec.update(client=prod.get("client", "librdkafka"), client_version=prod.get("client_version", version))
 
         with self.phase("workload"):
             self._await_fault_tasks()

@@ -15,6 +15,8 @@ from typing import Any
 
 from ..cluster import process, procs
 from ..errors import FaultError
+from ..spec.versions import DEFAULT_KAFKA_VERSION
+from . import java_driver
 
 WORKLOAD_MODULE = "kafkaproof.run.workload"
 
@@ -92,10 +94,17 @@ class Workers:
         self.consumer_spec: dict = {}
 
     def _spawn(self, role: str, spec: dict, name: str) -> subprocess.Popen:
+        """Start one worker: the Python (librdkafka) one, or the Java (kafka-clients) driver when the spec's
+        `client` says `java` (on `client_version`); both read the same spec and write the same streams."""
+        spec = dict(spec)
+        client, version = spec.pop("client", "librdkafka"), spec.pop("client_version", None)
         path = self.work / f"{name}.spec.json"
         path.write_text(json.dumps(spec))
+        if client == "java":
+            cmd = java_driver.command(role, path, version or DEFAULT_KAFKA_VERSION)
+        else:
+            cmd = [sys.executable, "-m", WORKLOAD_MODULE, role, str(path)]
         errf = open(self.work / f"{name}.stderr.log", "ab")
-        cmd = [sys.executable, "-m", WORKLOAD_MODULE, role, str(path)]
         proc = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work,
                                 start_new_session=True)
         errf.close()

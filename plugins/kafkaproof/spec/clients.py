@@ -33,6 +33,7 @@ CONSUMER_OWNED: dict[str, str] = {
 }
 
 ACKS_ALL = -1
+CLIENTS = ("librdkafka", "java")  # confluent-kafka (librdkafka) | kafka-clients (the Java driver)
 
 
 class ClientConfigError(ValueError):
@@ -63,6 +64,15 @@ def _flag(value: Any, default: bool) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
 
+def _default_idempotence(client: str, acks: int, config: Mapping[str, Any]) -> bool:
+    """librdkafka: off. kafka-clients 3.0+: on, unless a setting it needs is not given (acks not all,
+    more than 5 requests in flight, no retries), in which case it is silently off (KIP-679)."""
+    if client != "java":
+        return False
+    in_flight = int(config.get("max.in.flight.requests.per.connection", 5))
+    return acks == ACKS_ALL and in_flight <= 5 and str(config.get("retries", "1")).strip() != "0"
+
+
 def producer_settings(producers: Mapping[str, Any], index: int) -> dict[str, Any]:
     """Pure: what producer `index` of a resolved scenario runs with.
 
@@ -71,10 +81,12 @@ def producer_settings(producers: Mapping[str, Any], index: int) -> dict[str, Any
     offsets no broker assigned), plus the client properties it is started with.
     """
     config = dict(producers.get("config") or {})
+    client = producers.get("client", "librdkafka")
     transactional = bool(producers.get("transactions"))
-    idempotence = _flag(config.get("enable.idempotence"), default=False) or transactional
     acks = parse_acks(config.get("acks"))
-    return {"index": index, "client": producers.get("client", "librdkafka"), "acks": acks,
+    idempotence = _flag(config.get("enable.idempotence"), default=_default_idempotence(client, acks, config)) \
+        or transactional
+    return {"index": index, "client": client, "acks": acks,
             "idempotence": idempotence, "transactional": transactional,
             "offsets_from_broker": acks != 0, "config": config}
 

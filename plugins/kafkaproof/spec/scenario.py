@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from .anomalies import EXPECTABLE
-from .clients import ClientConfigError, config_conflicts, parse_acks
+from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
 from .faults import FAULT_KINDS, PROXY_KINDS, FaultSpec
@@ -107,6 +107,11 @@ SCHEMA: dict[str, Any] = {
                                         "key": {"type": "string"}}},
                 "bootstrap": {"type": "array", "items": {"type": "integer"}, "minItems": 1,
                               "description": "broker ids the producer bootstraps from (default: all)"},
+                "client": {"enum": list(CLIENTS),
+                           "description": "librdkafka (confluent-kafka, default) or java (kafka-clients); config "
+                                          "takes that client's own property names"},
+                "client_version": {"type": "string",
+                                   "description": "java: the kafka-clients version (default cluster.kafka_version)"},
                 "config": _CONFIG_MAP,
                 "transactions": {"type": "object", "additionalProperties": False, "required": ["batch"],
                                  "properties": {"batch": {"type": "integer", "minimum": 1},
@@ -127,6 +132,11 @@ SCHEMA: dict[str, Any] = {
                 "commit": {"enum": list(COMMIT_STRATEGIES),
                            "description": "auto-commit, sync/async after processing, or before processing"},
                 "processing_ms": {"type": "number", "minimum": 0},
+                "client": {"enum": list(CLIENTS),
+                           "description": "librdkafka (confluent-kafka, default) or java (kafka-clients); config "
+                                          "takes that client's own property names"},
+                "client_version": {"type": "string",
+                                   "description": "java: the kafka-clients version (default cluster.kafka_version)"},
                 "config": _CONFIG_MAP,
             }},
         "faults": {

@@ -55,7 +55,7 @@ def test_duration_replaces_default_message_count(tmp_path):
 
 @pytest.mark.parametrize("patch, message", [
     ({"guarantee": "maybe-once"}, "guarantee: 'maybe-once' is not allowed; allowed: at-most-once, at-least-once, exactly-once"),
-    ({"producers": {"mesages": 10}}, "producers: unknown field(s) 'mesages'; allowed: bootstrap, config"),
+    ({"producers": {"mesages": 10}}, "producers: unknown field(s) 'mesages'; allowed: bootstrap, client, client_version, config"),
     ({"faults": [{"at": 1, "kind": "explode", "target": "node:1"}]}, "faults.0.kind: 'explode' is not allowed; allowed: kill"),
     ({"faults": [{"at": 1, "kind": "kill", "target": "node:7"}]}, "faults[0].target: node 7 does not exist; nodes are [1, 2, 3]"),
     ({"faults": [{"at": 1, "kind": "kill", "target": "leaderr:0"}]}, "faults[0].target: 'leaderr:0' is not a target"),

@@ -1,0 +1,63 @@
+"""A scenario's client properties checked against the real client's names, before anything starts.
+
+`producers.config` / `consumers.config` take the chosen client's own property names: the Java
+client's (`ProducerConfig.configNames()` / `ConsumerConfig.configNames()` of the kafka-clients
+version, asked of the Java driver once per version and cached) or librdkafka's (asked of
+librdkafka itself: a client is built with the property alone, nothing connects). So
+`max.block.ms` passes for `java` and is refused, with the reason, for `librdkafka`.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..errors import ScenarioError
+from . import java_driver
+
+ROLES = ("producers", "consumers")
+
+
+def unknown_librdkafka_properties(role: str, config: Mapping[str, Any]) -> list[str]:
+    """The names of `config` librdkafka does not know (a value it rejects is the worker's error, not ours)."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+    unknown = []
+    for name, value in config.items():
+        conf = {name: value if isinstance(value, (bool, int, float)) else str(value), "log_level": 0}
+        try:
+            if role == "producers":
+                Producer(conf)
+            else:
+                Consumer({"group.id": "kp-config-check", **conf}).close()
+        except KafkaException as e:
+            if "No such configuration property" in str(e):
+                unknown.append(name)
+        except (TypeError, ValueError):
+            pass
+    return unknown
+
+
+def client_config_problems(data: Mapping[str, Any]) -> list[str]:
+    """`field: reason` for every property of a resolved scenario its client does not have."""
+    problems = []
+    for role in ROLES:
+        section = data[role]
+        config = section.get("config") or {}
+        if not config or (role == "consumers" and not section.get("count")):
+            continue
+        if section.get("client", "librdkafka") == "java":
+            version = section.get("client_version") or data["cluster"]["kafka_version"]
+            known = java_driver.config_names(role, version)
+            problems += [f"{role}.config.{name}: not a kafka-clients {version} {role[:-1]} property "
+                         f"({role[:-1].capitalize()}Config.configNames() has no such name)"
+                         for name in config if name not in known]
+        else:
+            problems += [f"{role}.config.{name}: librdkafka has no such property (the names of the Java client, "
+                         f"e.g. max.block.ms, need {role}.client: java)"
+                         for name in unknown_librdkafka_properties(role, config)]
+    return problems
+
+
+def check_client_config(scenario) -> None:
+    """ScenarioError naming the file and each field when a client property is not the client's own."""
+    problems = client_config_problems(scenario.data)
+    if problems:
+        raise ScenarioError(f"{scenario.path}: " + "; ".join(problems))

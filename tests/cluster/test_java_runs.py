@@ -1,0 +1,95 @@
+"""Scenarios run with the Java client (`producers.client: java`, `consumers.client: java`): the runner
+starts the Java driver instead of the Python workers and the same ledger comes out, exact to the value.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import yaml
+
+from kafkaproof.errors import ScenarioError
+from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.client_config import client_config_problems
+from kafkaproof.spec import ledger
+from kafkaproof.spec.scenario import load
+
+pytestmark = [pytest.mark.cluster, pytest.mark.java]
+
+
+def scenario(tmp_path, **doc):
+    doc = {"name": f"t-java-{uuid.uuid4().hex[:4]}", "guarantee": "at-least-once", **doc}
+    path = tmp_path / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return load(path)
+
+
+def test_java_clients_through_a_leader_kill_keep_every_acknowledged_value_exactly_once(tmp_path):
+    scn = scenario(tmp_path, topic={"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
+                   producers={"client": "java", "rate": 400, "messages": 2000, "start_after_s": 1,
+                              "config": {"acks": "all", "delivery.timeout.ms": 60000, "max.block.ms": 10000}},
+                   consumers={"client": "java", "count": 1, "commit": "sync"}, drain={"settle_s": 2},
+                   faults=[{"at": 3, "kind": "kill", "target": "leader:0", "duration": 3}])
+    result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs")).execute()
+    assert result.status == "complete", result.error
+    work = result.run_dir / "work"
+    assert (work / "producer-0.sends.tsv").exists() and list(work.glob("consumer-0-*.reads.tsv"))
+    sends = ledger.read_table(result.run_dir, "sends").to_pandas()
+    assert len(sends) == 2000 and sorted(sends["seq"]) == list(range(2000))
+    assert set(sends["outcome"]) == {"ok"}, sends["outcome"].value_counts()  # idempotent by default (3.0+)
+    audit = ledger.read_table(result.run_dir, "audit").to_pandas()
+    log = audit[audit["isolation"] == "read_committed"]
+    assert sorted(log["value_id"]) == sorted(sends["value_id"])  # every value once: nothing lost, no duplicate
+    at = log.set_index("value_id")[["partition", "offset"]]
+    assert (at.loc[sends["value_id"], "offset"].to_numpy() == sends["offset"].to_numpy()).all()
+    reads = ledger.read_table(result.run_dir, "reads").to_pandas()
+    assert set(reads["value_id"]) == set(sends["value_id"])
+    events = ledger.read_table(result.run_dir, "consumer_events").to_pandas()
+    assert {"start", "assign", "commit"} <= set(events["event"])
+    manifest = ledger.read_manifest(result.run_dir)
+    assert [p["client"] for p in manifest["clients"]["producers"]] == ["java"]
+    assert manifest["clients"]["producers"][0]["idempotence"] is True
+    (fault,) = ledger.read_table(result.run_dir, "faults").to_pylist()
+    assert fault["kind"] == "kill" and fault["heal_ns"]
+
+
+def test_java_producer_without_idempotence_duplicates_exactly_the_writes_whose_ack_was_lost(tmp_path):
+    scn = scenario(tmp_path, topic={"partitions": 3, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
+                   producers={"client": "java", "rate": 400, "messages": 1600, "start_after_s": 1,
+                              "config": {"acks": "all", "enable.idempotence": False,
+                                         "max.in.flight.requests.per.connection": 1}},
+                   consumers={"client": "java", "count": 1}, drain={"settle_s": 2},
+                   faults=[{"at": 2, "kind": "lost_ack", "target": "all", "params": {"reset": True, "count": 1},
+                            "duration": 2}])
+    result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs")).execute()
+    assert result.status == "complete", result.error
+    sends = ledger.read_table(result.run_dir, "sends").to_pandas()
+    assert len(sends) == 1600 and set(sends["outcome"]) == {"ok"}
+    (fault,) = ledger.read_table(result.run_dir, "faults").to_pylist()
+    assert fault["kind"] == "lost_ack" and fault["proxy_fired"] >= 1
+    events = ledger.read_table(result.run_dir, "proxy_events").to_pandas()
+    dropped = events[events["phase"] == "response_dropped"]
+    audit = ledger.read_table(result.run_dir, "audit").to_pandas()
+    log = audit[audit["isolation"] == "read_committed"]
+    counts = log.groupby("value_id").size()
+    at = log.set_index(["partition", "offset"])["value_id"]
+    lost_write_values = {int(at[(p, o)]) for _, row in dropped.iterrows()
+                         for p, base, n in zip(row["partitions"], row["base_offsets"], row["record_counts"])
+                         for o in range(base, base + n)}
+    assert lost_write_values and set(counts[counts > 1].index) == lost_write_values  # the Java client retried them
+    assert set(log["value_id"]) == set(sends["value_id"])  # and lost nothing
+
+
+def test_client_properties_are_the_clients_own_names(tmp_path):
+    rdkafka = scenario(tmp_path, producers={"config": {"max.block.ms": 1000, "linger.ms": 5}})
+    assert client_config_problems(rdkafka.data) == [
+        "producers.config.max.block.ms: librdkafka has no such property (the names of the Java client, e.g. "
+        "max.block.ms, need producers.client: java)"]
+    java = scenario(tmp_path, producers={"client": "java", "config": {"max.block.ms": 1000, "linger.ms": 5}},
+                    consumers={"client": "java", "config": {"fetch.min.bytes": 1, "queued.min.messages": 10}})
+    version = java.data["cluster"]["kafka_version"]
+    assert client_config_problems(java.data) == [
+        f"consumers.config.queued.min.messages: not a kafka-clients {version} consumer property "
+        f"(ConsumerConfig.configNames() has no such name)"]
+    with pytest.raises(ScenarioError, match=r"\.yaml: consumers\.config\.queued\.min\.messages"):
+        ScenarioRun(java, RunOptions(out=tmp_path / "runs"))  # refused before anything starts

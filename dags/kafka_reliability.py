@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from kafkaproof import pipeline
 from kafkaproof.analysis import spark_conf
 from kafkaproof.errors import ScenarioError
+from kafkaproof.spec.clients import CLIENTS
 from kafkaproof.spec.cluster import CLUSTER_BACKENDS
 from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
@@ -215,7 +216,13 @@ def judged(runs_by_task, mapped_task: str | None = None):
 def gate(summaries: list[dict] | None = None, fault_tasks: list[str] | None = None) -> None:
     """Fail the DAG run, after every report is written, on any violation, undetected control or regression."""
     summaries = list(summaries or [])
-    night = pipeline.write_batch_report(summaries, _batch_id())
+    clients = get_current_context()["params"].get("clients") or []
+    if len(clients) > 1:  # a client matrix: the page compares the clients side by side
+        night = pipeline.write_client_report(summaries, _batch_id())
+        differences = pipeline.client_differences(summaries)
+        print("clients differ:\n  " + "\n  ".join(differences) if differences else "clients do not differ")
+    else:
+        night = pipeline.write_batch_report(summaries, _batch_id())
     print(f"summary report: {night}")
     if fault_tasks:
         timing = pipeline.fault_timing(get_current_context()["ti"].xcom_pull(task_ids=fault_tasks) or [])
@@ -281,7 +288,7 @@ def _catalog_names() -> list[str]:
 
 @task(pool=POOL, max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30),
       map_index_template="{{ scenario_label }}")
-def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "") -> dict:
+def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "", client: str | None = None) -> dict:
     """provision → run → teardown (always) for one scenario of a mapped list; the analysis comes after all of them."""
     ctx = get_current_context()
     ctx["scenario_label"] = scenario + (f" ({label})" if label else "")
@@ -290,7 +297,7 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
     return _report_run(pipeline.run_scenario(
         scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
         messages=params.get("messages"), bootstrap=existing_cluster(params), label=label,
-        brokers=params.get("brokers"), backend=params.get("cluster_backend")))
+        brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client))
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
@@ -304,11 +311,16 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
              "bootstrap": Param(None, type=["null", "string"],
                                 description="empty: embedded local cluster; else bootstrap servers of an existing cluster"),
              "kafka_conn_id": KAFKA_CONN_PARAM,
-             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM})
+             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM,
+             "clients": Param([], type="array", items={"type": "string", "enum": list(CLIENTS)}, uniqueItems=True,
+                              description="a client matrix: every chosen scenario once per client (e.g. librdkafka "
+                                          "and java), on the same faults; the summary compares them side by side")})
 def kafka_reliability_manual():
     @task
     def chosen() -> list[dict]:
-        return [{"scenario": s} for s in get_current_context()["params"]["scenarios"]]
+        params = get_current_context()["params"]
+        clients = params.get("clients") or [None]
+        return [{"scenario": s, **({"client": c, "label": c} if c else {})} for s in params["scenarios"] for c in clients]
 
     runs = chosen()
     ran = run_scenario.expand_kwargs(runs)

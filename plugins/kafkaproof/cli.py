@@ -182,14 +182,31 @@ def cmd_batch(args) -> int:
     if not scenarios:
         raise ScenarioError(f"no scenario has the tag {args.tag!r}: see `kafkaproof scenario list`")
     batch_id = args.batch_id or f"cli/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    clients = _client_list(args.clients)
     result = pipeline.run_batch(scenarios, batch_id, messages=args.messages, kafka_version=args.kafka_version,
-                                brokers=args.brokers, backend=args.backend)
+                                brokers=args.brokers, backend=args.backend, clients=clients)
     for s in result.summaries:
         notes = "; ".join((s.get("regressions") or []) + [f"warning: {w}" for w in s.get("warnings") or []])
-        print(f"  {s['scenario']:<48} {s['verdict']:<6} {notes}")
+        name = s["scenario"] + (f" ({s['label']})" if s.get("label") else "")
+        print(f"  {name:<48} {s['verdict']:<6} {notes}")
+    if clients and len(clients) > 1:
+        differences = pipeline.client_differences(result.summaries)
+        print("clients differ:\n  " + "\n  ".join(differences) if differences else "clients do not differ")
     print(f"summary report: {result.report}")
     print("reliability gate " + ("passed" if result.ok else "FAILED:\n  " + "\n  ".join(result.problems)))
     return 0 if result.ok else 1
+
+
+def _client_list(text: str | None) -> list[str] | None:
+    """`--clients librdkafka,java` as a list; ScenarioError naming what is allowed."""
+    from .spec.clients import CLIENTS
+    if not text:
+        return None
+    clients = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in clients if c not in CLIENTS]
+    if bad or len(set(clients)) != len(clients):
+        raise ScenarioError(f"--clients {text!r}: name each client once, from {', '.join(CLIENTS)}")
+    return clients
 
 
 def cmd_scenario_validate(args) -> int:
@@ -354,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--kafka-version", help="override cluster.kafka_version")
     bt.add_argument("--brokers", type=_positive_int, help="override cluster.brokers")
     bt.add_argument("--backend", choices=list(CLUSTER_BACKENDS), help="override cluster.backend")
+    bt.add_argument("--clients", metavar="librdkafka,java",
+                    help="a client matrix: every scenario once per client (producers and consumers), on the same "
+                         "faults; the batch report compares them side by side")
     bt.set_defaults(func=cmd_batch)
 
     an = sub.add_parser("analyze", help="run the Spark analysis of a run directory (spark-submit)")

@@ -25,7 +25,7 @@ from .paths import repo_root, runs_dir
 from .spec.clients import apply_overrides, environment_overrides
 from .spec.cluster import cluster_config
 from .spec.scenario import Scenario, load_catalog
-from .verdict.summary import gate, summarize, upgrade_differences
+from .verdict.summary import client_differences, gate, summarize, upgrade_differences
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,12 @@ def suite(tag: str | None = None, names: list[str] | None = None) -> list[Scenar
 
 
 def resolve(scenario: Scenario, messages: int | None = None, kafka_version: str | None = None,
-            brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None) -> Scenario:
-    """The scenario as it will run: with the run's overrides, every fault checked. ScenarioError naming
-    the file and field when it cannot take them — before anything starts."""
+            brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None,
+            client: str | None = None) -> Scenario:
+    """The scenario as it will run: with the run's overrides, every fault and client property checked.
+    ScenarioError naming the file and field when it cannot take them — before anything starts."""
     from .run.client_config import check_client_config
-    resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap, backend)
+    resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap, backend, client)
     check_scenario_faults(resolved)
     check_client_config(resolved)
     return resolved
@@ -327,6 +328,12 @@ def write_batch_report(summaries: list[dict], batch_id: str, out: Path | None = 
     return str(write([s for s in summaries if s], batch_id, out or runs_dir()))
 
 
+def write_client_report(summaries: list[dict], batch_id: str, out: Path | None = None) -> str:
+    """Write the client matrix page of a batch: each scenario under each client side by side, differences named."""
+    from .report import write_client_report as write
+    return str(write([s for s in summaries if s], client_differences(summaries), batch_id, out or runs_dir()))
+
+
 def write_upgrade_report(summaries: list[dict], batch_id: str, out: Path | None = None) -> tuple[str, list[str]]:
     """Compare current vs candidate version per scenario; returns (report path, reasons the candidate is worse)."""
     from .report import write_upgrade_report as write
@@ -341,7 +348,7 @@ def unstarted_run(scenario: str, error: str, label: str = "") -> dict:
 
 def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None,
-                 backend: str | None = None) -> dict:
+                 backend: str | None = None, client: str | None = None) -> dict:
     """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
 
     A scenario that cannot take the overrides comes back as a run without a directory whose
@@ -350,7 +357,7 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     """
     (scn,) = suite(names=[scenario])
     try:
-        resolved = resolve(scn, messages, kafka_version, brokers, bootstrap, backend)
+        resolved = resolve(scn, messages, kafka_version, brokers, bootstrap, backend, client)
     except ScenarioError as e:
         return unstarted_run(scenario, str(e), label)
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
@@ -414,23 +421,29 @@ class BatchResult:
 
 def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = None,
               kafka_version: str | None = None, brokers: int | None = None,
-              backend: str | None = None) -> BatchResult:
+              backend: str | None = None, clients: list[str] | None = None) -> BatchResult:
     """Run scenarios one after another on their own local clusters, analyse every complete run with
     one spark-submit, then validate, compare with history and report each, and gate the batch.
 
     The same steps and verdicts as the nightly DAG, for a host without Airflow (and the flake
-    bench). A run or an analysis that fails is an error summary, never a lost scenario.
+    bench). A run or an analysis that fails is an error summary, never a lost scenario. With
+    `clients` (a client matrix) each scenario runs once per client, labelled with it, and the
+    report compares the clients side by side.
     """
     runs: list[dict] = []
     for scn in scenarios:
-        try:
-            resolved = resolve(scn, messages, kafka_version, brokers, backend=backend)
-        except ScenarioError as e:
-            runs.append(unstarted_run(scn.name, str(e)))
-            continue
-        log.info("batch %s: %s", batch_id, scn.name)
-        runs.append({**run(resolved), "scenario": scn.name})
+        for client in clients or [None]:
+            label = client or ""
+            try:
+                resolved = resolve(scn, messages, kafka_version, brokers, backend=backend, client=client)
+            except ScenarioError as e:
+                runs.append(unstarted_run(scn.name, str(e), label))
+                continue
+            log.info("batch %s: %s%s", batch_id, scn.name, f" ({label})" if label else "")
+            runs.append({**run(resolved), "scenario": scn.name, "label": label})
     analyze_batch(runs, batch_id)
     summaries = [judge(r, batch_id) for r in runs]
     ok, problems = gate(summaries)
-    return BatchResult(batch_id, summaries, ok, problems, write_batch_report(summaries, batch_id))
+    report_path = (write_client_report(summaries, batch_id) if clients and len(clients) > 1
+                   else write_batch_report(summaries, batch_id))
+    return BatchResult(batch_id, summaries, ok, problems, report_path)

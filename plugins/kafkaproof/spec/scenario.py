@@ -307,8 +307,9 @@ class Scenario:
 
     def with_overrides(self, messages: int | None = None, kafka_version: str | None = None,
                        brokers: int | None = None, bootstrap: str | None = None,
-                       backend: str | None = None) -> "Scenario":
-        """The scenario with a run's overrides applied (message scale, Kafka version, broker count, backend).
+                       backend: str | None = None, client: str | None = None) -> "Scenario":
+        """The scenario with a run's overrides applied (message scale, Kafka version, broker count, backend,
+        the client every producer and consumer runs: a client matrix runs a scenario once per client).
 
         The result is checked again like a scenario file, so an override the scenario cannot take
         (e.g. fewer brokers than its replication factor, or a broker count for an existing cluster
@@ -338,6 +339,14 @@ class Scenario:
                                     f"allowed: {', '.join(CLUSTER_BACKENDS)}")
             data["cluster"]["backend"] = backend
             _check_semantics(data, f"{self.path} (with backend={backend})")
+        if client is not None:
+            if client not in CLIENTS:
+                raise ScenarioError(f"{self.path}: producers.client (override): {client!r} is not allowed; "
+                                    f"allowed: {', '.join(CLIENTS)}")
+            for role in ("producers", "consumers"):
+                if data[role].get("client", "librdkafka") != client:
+                    data[role]["client"] = client
+                    data[role].pop("client_version", None)  # the other client's version does not carry over
         return Scenario(self.name, self.path, data)
 
 

@@ -145,6 +145,48 @@ def upgrade_differences(summaries: list[dict]) -> list[str]:
     return worse
 
 
+OUTCOME_KEYS = ("acked", "failed", "indefinite")
+# Timings called out only when the clients differ by more than this factor and this much (noise otherwise).
+TIMING_KEYS = {"publish_p99_ms": ("p99 send→ack", "ms", 50.0), "recovery_s": ("recovery", "s", 1.0)}
+TIMING_FACTOR = 1.5
+
+
+def client_differences(summaries: list[dict | None]) -> list[str]:
+    """Pure: for each scenario run under several clients (a client matrix: `label` = client), where the
+    clients differ — verdict, send outcomes, anomaly counts — e.g. "lost-acks: duplicates: java 0,
+    librdkafka 72". Same faults, same cluster settings: a difference is the clients'."""
+    by: dict[str, dict[str, dict]] = {}
+    for s in summaries:
+        if s and s.get("label"):
+            by.setdefault(s["scenario"], {})[s["label"]] = s
+    out = []
+    for scenario, runs in sorted(by.items()):
+        labels = sorted(runs)
+        if len(labels) < 2:
+            continue
+
+        def differ(what: str, values: dict[str, Any]) -> None:
+            if len({json.dumps(v) for v in values.values()}) > 1:
+                shown = ", ".join(f"{label} {'-' if v is None else f'{v:,}' if isinstance(v, int) else v}"
+                                  for label, v in values.items())
+                out.append(f"{scenario}: {what}: {shown}")
+
+        differ("verdict", {label: runs[label].get("verdict") for label in labels})
+        metrics = {label: runs[label].get("metrics") or {} for label in labels}
+        for key in OUTCOME_KEYS:
+            differ(key, {label: (m.get("outcomes") or {}).get(key) for label, m in metrics.items()})
+        counts = {label: m.get("anomalies") or m.get("counts") or {} for label, m in metrics.items()}
+        for kind in sorted(set().union(*counts.values())):
+            differ(kind, {label: int(c.get(kind) or 0) for label, c in counts.items()})
+        for key, (what, unit, floor) in TIMING_KEYS.items():
+            values = {label: m.get(key) for label, m in metrics.items()}
+            known = [v for v in values.values() if isinstance(v, (int, float))]
+            if len(known) == len(values) and max(known) - min(known) > floor and max(known) > TIMING_FACTOR * min(known):
+                out.append(f"{scenario}: {what}: " + ", ".join(f"{label} {v:,.0f} {unit}" if unit == "ms" else
+                                                               f"{label} {v:,.1f} {unit}" for label, v in values.items()))
+    return out
+
+
 def row_kind(row: Mapping[str, Any]) -> str | None:
     """The anomaly kind a validation row is about (`anomaly` in validation.py's rows)."""
     for key in ("anomaly", "kind"):

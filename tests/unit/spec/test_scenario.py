@@ -217,3 +217,14 @@ def test_timeline_keeps_scenario_positions_and_triggers():
 def test_claims_and_exercised_do_not_change_the_hash_of_scenarios_without_them():
     plain = scenario_mod.Scenario("t", "x", scenario_mod.validate_document(MINIMAL, "x"))
     assert "claims" not in plain.data and "exercised" not in plain.data
+
+
+def test_a_client_override_switches_every_worker_and_drops_the_other_clients_version(tmp_path):
+    s = scenario_mod.load(write(tmp_path, {**MINIMAL, "producers": {"client": "java", "client_version": "3.9.2"}}))
+    rd = s.with_overrides(client="librdkafka")
+    assert rd.data["producers"]["client"] == "librdkafka" and rd.data["consumers"].get("client", "librdkafka") == "librdkafka"
+    assert s.with_overrides(client="java").data["consumers"]["client"] == "java"
+    assert "client_version" not in rd.data["producers"] and rd.hash() != s.hash()  # history keeps them apart
+    assert s.with_overrides(client="java").data["producers"]["client_version"] == "3.9.2"
+    with pytest.raises(ScenarioError, match="producers.client \\(override\\): 'go' is not allowed; allowed: librdkafka, java"):
+        s.with_overrides(client="go")

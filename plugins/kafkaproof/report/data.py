@@ -193,7 +193,8 @@ def key_numbers(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
 
 # Columns each report needs from the ledger (reads and audit can be large).
 LEDGER_COLUMNS: dict[str, list[str] | None] = {
-    "sends": ["value_id", "partition", "intended_ns", "send_ns", "complete_ns", "outcome", "error_name"],
+    "sends": ["value_id", "partition", "intended_ns", "send_ns", "complete_ns", "outcome", "error_name",
+              "error_message"],
     "reads": ["value_id", "read_ns"],
     "audit": ["isolation", "value_id"],
     "faults": None,

@@ -216,9 +216,9 @@ def fmt_recovery(ms: Any) -> str:
 
 def section_errors(v: RunView) -> Markup:
     rows = error_rows(v.data.tables.get("sends"), v.t0)
-    body = table(["error", "outcome", "sends", "first", "last"],
+    body = table(["error", "outcome", "sends", "first", "last", "the client's message (most frequent)"],
                  [(Markup(tag("code", r["error"])), r["outcome"], fmt_int(r["count"]), fmt_t(r["first_s"]),
-                   fmt_t(r["last_s"])) for r in rows], numeric=[2, 3, 4]) if rows else \
+                   fmt_t(r["last_s"]), r.get("message") or "–") for r in rows], numeric=[2, 3, 4]) if rows else \
         none_note("No send errors." if v.data.tables.get("sends") is not None else "sends.parquet is missing.")
     return join([tag("h2", "Send errors by name", id="errors"), body])
 

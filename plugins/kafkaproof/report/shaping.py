@@ -365,7 +365,8 @@ def recovery_rows(metrics: Mapping[str, Any] | None, windows: Sequence[FaultWind
 
 
 def error_rows(sends: pd.DataFrame | None, t0: int) -> list[dict[str, Any]]:
-    """Send errors by name and outcome, most frequent first, with first/last completion time."""
+    """Send errors by name and outcome, most frequent first, with first/last completion time and the
+    client's most frequent message for them (numbers in it, like "after 1500 ms", kept)."""
     if sends is None or not len(sends) or "error_name" not in sends:
         return []
     e = sends[sends["error_name"].notna()]
@@ -373,9 +374,15 @@ def error_rows(sends: pd.DataFrame | None, t0: int) -> list[dict[str, Any]]:
         return []
     t = (e["complete_ns"].astype("float64") - t0) / NS_PER_S
     g = e.assign(_t=t).groupby(["error_name", "outcome"], dropna=False)
-    rows = [{"error": name, "outcome": outcome, "count": len(df), "first_s": df["_t"].min(), "last_s": df["_t"].max()}
+    rows = [{"error": name, "outcome": outcome, "count": len(df), "first_s": df["_t"].min(), "last_s": df["_t"].max(),
+             "message": _most_frequent(df["error_message"]) if "error_message" in df else None}
             for (name, outcome), df in g]
     return sorted(rows, key=lambda r: (-r["count"], str(r["error"])))
+
+
+def _most_frequent(messages: pd.Series) -> str | None:
+    messages = messages.dropna()
+    return str(messages.value_counts().index[0]) if len(messages) else None
 
 
 @dataclass

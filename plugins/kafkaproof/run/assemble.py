@@ -53,6 +53,8 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offset
     if not frames:
         return ledger.SENDS.empty_table()
     df = pd.concat(frames, ignore_index=True).sort_values("value_id")
+    if "error_message" not in df:
+        df["error_message"] = None
     df["producer_pid"] = df["producer_pid"].fillna(-1)
     df["intended_ns"] = df["intended_ns"].fillna(-1)
     df["send_ns"] = df["send_ns"].fillna(-1)

@@ -9,7 +9,7 @@ never claims less than was processed.
 
 Streams written (assembled into the ledger by `assemble.py`):
   producer-<i>.sends.arrow        value_id, producer, producer_pid, seq, key, intended_ns, send_ns, txn_id
-  producer-<i>.completions.arrow  value_id, complete_ns, partition, offset, error_code, error_name
+  producer-<i>.completions.arrow  value_id, complete_ns, partition, offset, error_code, error_name, error_message
   producer-<i>.txns.arrow         producer, txn_id, txn_outcome
   consumer-<i>-<inc>.reads.arrow  columns of ledger.READS
   consumer-<i>-<inc>.events.arrow columns of ledger.CONSUMER_EVENTS
@@ -38,7 +38,8 @@ SEND_STREAM = pa.schema([("value_id", pa.int64()), ("producer", pa.int32()), ("p
                          ("seq", pa.int64()), ("key", pa.string()), ("intended_ns", pa.int64()),
                          ("send_ns", pa.int64()), ("txn_id", pa.int64())])
 COMPLETION_STREAM = pa.schema([("value_id", pa.int64()), ("complete_ns", pa.int64()), ("partition", pa.int32()),
-                               ("offset", pa.int64()), ("error_code", pa.int32()), ("error_name", pa.string())])
+                               ("offset", pa.int64()), ("error_code", pa.int32()), ("error_name", pa.string()),
+                               ("error_message", pa.string())])
 TXN_STREAM = pa.schema([("producer", pa.int32()), ("txn_id", pa.int64()), ("txn_outcome", pa.string())])
 
 # Errors that mean "this record was never written", whatever happened before.
@@ -230,7 +231,7 @@ def run_producer(spec: dict) -> int:
             counts["errors"][name] = counts["errors"].get(name, 0) + 1
         completions.append(vid, time.monotonic_ns(), part,
                            msg.offset() if err is None and offsets_from_broker else None,
-                           err.code() if err is not None else None, name)
+                           err.code() if err is not None else None, name, err.str() if err is not None else None)
 
     conf = {"bootstrap.servers": spec["bootstrap"], "log_level": 3, **spec.get("config", {})}
     if txn:

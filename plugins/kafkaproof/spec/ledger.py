@@ -34,6 +34,7 @@ SENDS = pa.schema([
     ("error_name", pa.string()),
     ("txn_id", pa.int64()),
     ("txn_outcome", pa.string()),
+    ("error_message", pa.string()),  # the client's words: librdkafka's error string, the Java exception's message
 ])
 
 READS = pa.schema([

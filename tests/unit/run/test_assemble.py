@@ -40,7 +40,7 @@ def test_assemble_sends_outcomes_and_a_dead_producers_values(tmp_path):
     _write(tmp_path / "producer-0.sends.arrow", SEND_STREAM,
            [(vid[s], 0, 99, s, "k", 10 + s, 11 + s, None) for s in range(3)])
     _write(tmp_path / "producer-0.completions.arrow", COMPLETION_STREAM,
-           [(vid[0], 20, 0, 5, None, None), (vid[1], 21, 0, None, 7, "REQUEST_TIMED_OUT")])
+           [(vid[0], 20, 0, 5, None, None, None), (vid[1], 21, 0, None, 7, "REQUEST_TIMED_OUT", "Broker: Request timed out")])
     _write(tmp_path / "producer-0.txns.arrow", TXN_STREAM, [])
     # vid[3] was never recorded as sent (the producer died) but is in the log.
     table = assemble_sends(tmp_path, 1, audit_value_ids={vid[0], vid[3]})
@@ -48,6 +48,7 @@ def test_assemble_sends_outcomes_and_a_dead_producers_values(tmp_path):
     assert table.schema == ledger.SENDS
     assert rows[vid[0]]["outcome"] == "ok" and rows[vid[0]]["offset"] == 5
     assert rows[vid[1]]["outcome"] == "indefinite" and rows[vid[1]]["error_name"] == "REQUEST_TIMED_OUT"
+    assert rows[vid[1]]["error_message"] == "Broker: Request timed out" and rows[vid[0]]["error_message"] is None
     assert rows[vid[2]]["outcome"] == "indefinite" and rows[vid[2]]["complete_ns"] is None  # no ack before the end
     assert rows[vid[3]]["outcome"] == "indefinite" and rows[vid[3]]["send_ns"] == -1 and rows[vid[3]]["seq"] == 3
 
@@ -79,8 +80,8 @@ def test_acks0_offsets_never_reach_the_ledger(tmp_path):
     vid = [ledger.make_value_id(0, s) for s in range(2)]
     _write(tmp_path / "producer-0.sends.arrow", SEND_STREAM, [(vid[s], 0, 99, s, None, 10 + s, 11 + s, None) for s in range(2)])
     # librdkafka's acks=0 reports: offsets counted from 0 per batch, assigned by no broker
-    _write(tmp_path / "producer-0.completions.arrow", COMPLETION_STREAM, [(vid[0], 20, 0, 0, None, None),
-                                                                          (vid[1], 21, 0, 1, None, None)])
+    _write(tmp_path / "producer-0.completions.arrow", COMPLETION_STREAM, [(vid[0], 20, 0, 0, None, None, None),
+                                                                          (vid[1], 21, 0, 1, None, None, None)])
     _write(tmp_path / "producer-0.txns.arrow", TXN_STREAM, [])
     table = assemble_sends(tmp_path, 1, set(), offsets_from_broker=False)
     assert table.column("outcome").to_pylist() == ["ok", "ok"]

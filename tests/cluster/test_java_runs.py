@@ -93,3 +93,21 @@ def test_client_properties_are_the_clients_own_names(tmp_path):
         f"(ConsumerConfig.configNames() has no such name)"]
     with pytest.raises(ScenarioError, match=r"\.yaml: consumers\.config\.queued\.min\.messages"):
         ScenarioRun(java, RunOptions(out=tmp_path / "runs"))  # refused before anything starts
+
+
+def test_java_clients_on_an_existing_cluster_through_a_consumer_kill(make_cluster, tmp_path):
+    existing = make_cluster(brokers=3).bootstrap_servers()
+    scn = scenario(tmp_path, topic={"partitions": 2, "replication_factor": 3},
+                   producers={"client": "java", "rate": 300, "messages": 1500, "start_after_s": 1},
+                   consumers={"client": "java", "count": 1, "commit": "sync"}, drain={"settle_s": 2},
+                   faults=[{"at": 3.5, "kind": "kill", "target": "consumer:0", "duration": 1}])
+    result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs", bootstrap=existing)).execute()
+    assert result.status == "complete", result.error
+    assert ledger.read_manifest(result.run_dir)["bootstrap"] == existing
+    sends = ledger.read_table(result.run_dir, "sends").to_pandas()
+    assert len(sends) == 1500 and set(sends["outcome"]) == {"ok"}
+    audit = ledger.read_table(result.run_dir, "audit").to_pandas()
+    assert sorted(audit[audit["isolation"] == "read_committed"]["value_id"]) == sorted(sends["value_id"])
+    reads = ledger.read_table(result.run_dir, "reads").to_pandas()
+    assert set(reads["value_id"]) == set(sends["value_id"]) and 1 in set(reads["incarnation"])
+    assert len(list((result.run_dir / "work").glob("consumer-0-*.reads.tsv"))) == 2  # the killed driver and its successor

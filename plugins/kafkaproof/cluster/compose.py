@@ -15,10 +15,10 @@ injector act unchanged. How they get in is the cluster's `network` mode (`networ
 (`docker_engine.attach_netns`, again after every start) and also shapes the host end of its
 link; `engine` (an engine elsewhere, or no root) enters it with a tools container sharing the
 container's network (`docker_engine.netns_command`, what Airflow's DockerOperator does with
-`network_mode="container:<name>"`). The state file records the engine, so every later command,
-`cluster down --all` too, goes to the engine the cluster runs on. Proxy faults put kafkaproof's rewriting proxies (those
-of `external.py`) in front of the containers' CLIENT listeners, while kafkaproof's own
-clients use the INTERNAL listeners. A node's log is its container's output (`docker logs`).
+`network_mode="container:<name>"`). The state file records the engine, so every later
+command, `cluster down --all` too, goes to the engine the cluster runs on. Proxy faults put
+kafkaproof's rewriting proxies (those of `external.py`) in front of the containers' CLIENT
+listeners, while kafkaproof's own clients use the INTERNAL listeners. A node's log is its container's output (`docker logs`).
 """
 from __future__ import annotations
 

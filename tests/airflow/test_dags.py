@@ -169,8 +169,9 @@ def test_smoke_suite_passes_end_to_end(airflow_home, tmp_path):
 def test_regression_and_failed_workload_fail_the_gate_after_teardown(airflow_home, tmp_path):
     baseline = yaml.safe_load((REPO / "scenarios" / "baseline.yaml").read_text())
     baseline.update(tags=["t"], producers={**baseline["producers"], "messages": 2000})
-    # librdkafka rejects the property when the producer starts: the workload task fails mid-run
-    broken = dict(baseline, name="broken-producer", producers={**baseline["producers"], "config": {"no.such.property": 1}})
+    # A known property with a value librdkafka rejects when the producer starts (an unknown name is
+    # refused before anything starts): the workload task fails mid-run
+    broken = dict(baseline, name="broken-producer", producers={**baseline["producers"], "config": {"linger.ms": -5}})
     url = f"sqlite:///{tmp_path}/history.sqlite"
     scenarios = catalog(tmp_path, baseline, broken)
     same_config = scenario_mod.load(scenarios / "baseline.yaml").hash()

@@ -93,6 +93,16 @@ def test_client_properties_are_the_clients_own_names(tmp_path):
         f"(ConsumerConfig.configNames() has no such name)"]
     with pytest.raises(ScenarioError, match=r"\.yaml: consumers\.config\.queued\.min\.messages"):
         ScenarioRun(java, RunOptions(out=tmp_path / "runs"))  # refused before anything starts
+    # names all known, but a combination kafka-clients refuses when it builds the client (the seeds'
+    # delivery.timeout.ms 1000 with the 4.x default linger.ms 5): found before any cluster starts too
+    combo = scenario(tmp_path, producers={"client": "java", "client_version": "4.3.1",
+                                          "config": {"request.timeout.ms": 1000, "delivery.timeout.ms": 1000}})
+    assert client_config_problems(combo.data) == [
+        "producers.config: kafka-clients 4.3.1 refuses it: delivery.timeout.ms should be equal to or larger than "
+        "linger.ms + request.timeout.ms"]
+    assert client_config_problems(scenario(tmp_path, producers={
+        "client": "java", "client_version": "3.9.2",
+        "config": {"request.timeout.ms": 1000, "delivery.timeout.ms": 1000}}).data) == []  # linger.ms 0 in 3.x
 
 
 def test_java_clients_on_an_existing_cluster_through_a_consumer_kill(make_cluster, tmp_path):

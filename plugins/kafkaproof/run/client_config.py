@@ -4,7 +4,10 @@
 client's (`ProducerConfig.configNames()` / `ConsumerConfig.configNames()` of the kafka-clients
 version, asked of the Java driver once per version and cached) or librdkafka's (asked of
 librdkafka itself: a client is built with the property alone, nothing connects). So
-`max.block.ms` passes for `java` and is refused, with the reason, for `librdkafka`.
+`max.block.ms` passes for `java` and is refused, with the reason, for `librdkafka`. A Java
+configuration whose names are all known is then given to kafka-clients itself (the driver builds
+and closes the client a worker would build, without connecting), which refuses combinations such
+as `delivery.timeout.ms` below `linger.ms + request.timeout.ms`.
 """
 from __future__ import annotations
 
@@ -35,6 +38,12 @@ def unknown_librdkafka_properties(role: str, config: Mapping[str, Any]) -> list[
     return unknown
 
 
+def _worker_spec(role: str, section: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a worker spec its client's properties come from (as `ScenarioRun` builds them)."""
+    keys = ("config", "transactions") if role == "producers" else ("config", "commit", "group", "isolation_level")
+    return {k: section[k] for k in keys if section.get(k) is not None}
+
+
 def client_config_problems(data: Mapping[str, Any]) -> list[str]:
     """`field: reason` for every property of a resolved scenario its client does not have."""
     problems = []
@@ -46,9 +55,11 @@ def client_config_problems(data: Mapping[str, Any]) -> list[str]:
         if section.get("client", "librdkafka") == "java":
             version = section.get("client_version") or data["cluster"]["kafka_version"]
             known = java_driver.config_names(role, version)
-            problems += [f"{role}.config.{name}: not a kafka-clients {version} {role[:-1]} property "
-                         f"({role[:-1].capitalize()}Config.configNames() has no such name)"
-                         for name in config if name not in known]
+            unknown = [f"{role}.config.{name}: not a kafka-clients {version} {role[:-1]} property "
+                       f"({role[:-1].capitalize()}Config.configNames() has no such name)"
+                       for name in config if name not in known]
+            refused = None if unknown else java_driver.check_config(role, _worker_spec(role, section), version)
+            problems += unknown + ([f"{role}.config: kafka-clients {version} refuses it: {refused}"] if refused else [])
         else:
             problems += [f"{role}.config.{name}: librdkafka has no such property (the names of the Java client, "
                          f"e.g. max.block.ms, need {role}.client: java)"

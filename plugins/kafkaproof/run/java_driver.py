@@ -299,6 +299,23 @@ def config_names(role: str, client_version: str) -> frozenset[str]:
     return _config_names(_role(role), check_version(client_version))
 
 
+def check_config(role: str, spec: dict, client_version: str) -> str | None:
+    """What kafka-clients refuses when a worker of `spec` builds its client (None: nothing). The client is
+    built and closed without connecting (`Main check-config`), so this runs before any cluster starts."""
+    with tempfile.NamedTemporaryFile("w", suffix=".spec.json", delete=False) as f:
+        json.dump({"bootstrap": "127.0.0.1:9", "run_id": "config-check", **spec}, f)
+    try:
+        proc = subprocess.run(_java_command(["check-config", _role(role), f.name], check_version(client_version)),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode == 0:
+        return None
+    if proc.returncode == 1 and proc.stdout.strip():
+        return proc.stdout.strip().splitlines()[-1]
+    raise JavaDriverError(f"checking a kafka-clients {client_version} {role} config failed: {proc.stderr.strip()[-500:]}")
+
+
 def classify(exception_class: str, message: str | None = None, client_version: str = DEFAULT_KAFKA_VERSION,
              in_send: bool = False, retries: int | None = None) -> str:
     """The outcome (ok/fail/indefinite) the driver gives an exception (runs `Main classify`; for tests and docs)."""

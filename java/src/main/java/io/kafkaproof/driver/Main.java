@@ -1,12 +1,16 @@
 package io.kafkaproof.driver;
 
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeSet;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.config.ConfigException;
 
 /**
@@ -16,6 +20,9 @@ import org.apache.kafka.common.config.ConfigException;
  * producer SPEC.json                  run a recording producer (see ProducerWorker)
  * consumer SPEC.json                  run a recording consumer (see ConsumerWorker)
  * config-names producer|consumer      the client's config names, one per line
+ * check-config producer|consumer SPEC.json
+ *                                     build and close the client a worker of that spec would build (no
+ *                                     connection): prints "ok", or the client's refusal and exits 1
  * classify EXCEPTION_CLASS [MESSAGE] [--in-send] [--retries N]
  *                                     the outcome (ok|fail|indefinite) the driver gives that exception
  * </pre>
@@ -25,6 +32,7 @@ import org.apache.kafka.common.config.ConfigException;
 public final class Main {
     private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer SPEC.json\n"
             + "       ... config-names producer|consumer\n"
+            + "       ... check-config producer|consumer SPEC.json\n"
             + "       ... classify EXCEPTION_CLASS [MESSAGE] [--in-send] [--retries N]";
     private static final String[] PACKAGES = {"org.apache.kafka.common.errors.", "org.apache.kafka.common.",
         "org.apache.kafka.clients.producer.", "org.apache.kafka.clients.consumer.", "java.lang."};
@@ -52,6 +60,8 @@ public final class Main {
                     return worker(args[0], Path.of(args[1]));
                 case "config-names":
                     return configNames(args);
+                case "check-config":
+                    return checkConfig(args);
                 case "classify":
                     return classify(args);
                 default:
@@ -102,6 +112,41 @@ public final class Main {
                 : ConsumerConfig.configNames())) {
             System.out.println(n);
         }
+        return 0;
+    }
+
+    /**
+     * Builds the client a worker of this spec would build and closes it at once. Its bootstrap is never
+     * contacted before the close, so this finds what kafka-clients refuses at construction (e.g.
+     * delivery.timeout.ms below linger.ms + request.timeout.ms) before any cluster starts.
+     */
+    private static int checkConfig(String[] args) {
+        if (args.length != 3 || !(args[1].equals("producer") || args[1].equals("consumer"))) {
+            System.err.println(USAGE);
+            return 2;
+        }
+        Spec spec;
+        try {
+            spec = Spec.read(Path.of(args[2]));
+        } catch (java.io.IOException e) {
+            System.err.println("kafkaproof-driver: cannot read spec " + args[2] + ": " + e);
+            return 2;
+        }
+        try {
+            if (args[1].equals("producer")) {
+                new KafkaProducer<byte[], byte[]>(ProducerWorker.properties(spec, 0)).close(Duration.ZERO);
+            } else {
+                new KafkaConsumer<byte[], byte[]>(ConsumerWorker.properties(spec)).close(Duration.ZERO);
+            }
+        } catch (KafkaException e) {  // ConfigException is one; construction failures wrap theirs
+            Throwable root = e;
+            while (root.getCause() != null && root.getCause() != root) {
+                root = root.getCause();
+            }
+            System.out.println(root.getMessage());
+            return 1;
+        }
+        System.out.println("ok");
         return 0;
     }
 

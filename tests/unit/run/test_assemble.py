@@ -116,3 +116,12 @@ def test_worker_events_wake_a_trigger_on_the_next_commit():
         assert not events.wait_next("commit", 1, 0, timeout_s=0.3, stop=stop)
     finally:
         events.close()
+
+
+def test_the_producers_payloads_are_the_ledgers_encoding_and_decode_back():
+    from kafkaproof.run.workload import PayloadMaker
+    for size in (40, 100, 1000):
+        maker = PayloadMaker("baseline-20261124T010203Z-ab12", size)
+        for vid in (0, 7, 12345, ledger.make_value_id(3, 99_999), ledger.make_value_id(15, 2**31)):
+            assert maker.make(vid) == ledger.encode_payload("baseline-20261124T010203Z-ab12", vid, size)
+            assert ledger.decode_value_id(maker.make(vid)) == vid

@@ -122,8 +122,9 @@ def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
     owner = f"spark-{os.getpid()}-{proc.pid}"
     with contextlib.suppress(Exception):  # recorded so `cluster down --all` stops a driver whose caller crashed
         procs.register(owner, "spark-submit", process.ref_for(proc.pid), command=argv)
+    first_error: list[str] = []
     try:
-        _stream(proc, tail, quiet)
+        _stream(proc, tail, quiet, first_error)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -131,14 +132,23 @@ def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
         procs.unregister(owner)
     code = proc.returncode
     if code != 0:
-        raise AnalysisError(f"spark-submit exited with {code}; last output:\n" + "\n".join(tail))
+        first = "first error:\n" + "\n".join(first_error) + "\n" if first_error else ""
+        raise AnalysisError(f"spark-submit exited with {code}; {first}last output:\n" + "\n".join(tail))
 
 
-def _stream(proc: subprocess.Popen, tail: deque, quiet: bool) -> None:
-    """Log the job's output as it comes: its own [analyze] lines at INFO, Spark's at DEBUG."""
+FIRST_ERROR_LINES = 30  # the first error's traceback, kept apart: a later crash's stack would push it out
+
+
+def _stream(proc: subprocess.Popen, tail: deque, quiet: bool, first_error: list[str] | None = None) -> None:
+    """Log the job's output as it comes: its own [analyze] lines at INFO, Spark's at DEBUG. The
+    failure tail gets every line but Spark's INFO; `first_error` the first `[analyze] error` and
+    what follows it."""
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip("\n")
+        if first_error is not None and (first_error or line.startswith("[analyze] error")) \
+                and len(first_error) < FIRST_ERROR_LINES:
+            first_error.append(line)
         if " INFO " not in line:  # Spark's INFO chatter stays out of the failure tail
             tail.append(line)
         if line.startswith("[analyze]"):

@@ -18,7 +18,8 @@ container's network (`docker_engine.netns_command`, what Airflow's DockerOperato
 `network_mode="container:<name>"`). The state file records the engine, so every later
 command, `cluster down --all` too, goes to the engine the cluster runs on. Proxy faults put
 kafkaproof's rewriting proxies (those of `external.py`) in front of the containers' CLIENT
-listeners, while kafkaproof's own clients use the INTERNAL listeners. A node's log is its container's output (`docker logs`).
+listeners, while kafkaproof's own clients use the INTERNAL listeners. A node's log is its
+container's output (`docker logs`).
 """
 from __future__ import annotations
 

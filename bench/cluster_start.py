@@ -13,12 +13,13 @@ round, so their one-off cost is not counted. Run it under the shared lock on a q
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+
+from rounds import alternate  # noqa: E402  (bench/, the script's own directory)
 
 from kafkaproof.cluster import start_cluster  # noqa: E402
 from kafkaproof.cluster import docker_engine as de  # noqa: E402
@@ -48,16 +49,11 @@ def main() -> int:
     de.ensure_engine()
     de.ensure_compose_cli()
     de.ensure_image(args.kafka_version)
-    figures: dict[str, list[tuple[float, float]]] = {"local": [], "compose": []}
     print(f"{args.brokers} brokers, {args.controllers} dedicated controllers, Kafka {args.kafka_version}")
     print(f"{'round':>5} {'backend':>8} {'ready s':>8} {'down s':>7}")
-    for r in range(args.rounds):
-        order = ("local", "compose") if r % 2 == 0 else ("compose", "local")
-        for backend in order:
-            ready, down = one(backend, args.brokers, args.controllers, args.kafka_version, r)
-            figures[backend].append((ready, down))
-            print(f"{r + 1:>5} {backend:>8} {ready:>8.1f} {down:>7.1f}", flush=True)
-    med = {b: (statistics.median(x[0] for x in f), statistics.median(x[1] for x in f)) for b, f in figures.items()}
+    med = alternate(("local", "compose"), args.rounds,
+                    lambda backend, r: one(backend, args.brokers, args.controllers, args.kafka_version, r),
+                    lambda n, backend, x: f"{n:>5} {backend:>8} {x[0]:>8.1f} {x[1]:>7.1f}")
     print(f"median ready: local {med['local'][0]:.1f} s, compose {med['compose'][0]:.1f} s "
           f"(compose / local = {med['compose'][0] / med['local'][0]:.2f}); "
           f"teardown: local {med['local'][1]:.1f} s, compose {med['compose'][1]:.1f} s")

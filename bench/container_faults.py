@@ -15,12 +15,13 @@ the shared lock on a quiet host.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+
+from rounds import alternate  # noqa: E402  (bench/, the script's own directory)
 
 from kafkaproof.cluster import network, start_cluster  # noqa: E402
 from kafkaproof.faults.network_rules import isolate_rules  # noqa: E402
@@ -51,17 +52,11 @@ def main() -> int:
         if cluster.state()["network"] != "netns":
             raise SystemExit("the cluster came up in engine mode: run as root with the engine on this host")
         ways = {"netns": cluster.node_link(1).namespace, "engine": f"docker:{cluster.node(1)['container']}"}
-        figures: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
         print(f"{'round':>5} {'way':>7} {'apply s':>8} {'heal s':>7}")
-        for r in range(args.rounds):
-            order = ("netns", "engine") if r % 2 == 0 else ("engine", "netns")
-            for way in order:
-                applied, healed = one(ways[way], r)
-                figures[way].append((applied, healed))
-                print(f"{r + 1:>5} {way:>7} {applied:>8.3f} {healed:>7.3f}", flush=True)
+        med = alternate(("netns", "engine"), args.rounds, lambda way, r: one(ways[way], r),
+                        lambda n, way, x: f"{n:>5} {way:>7} {x[0]:>8.3f} {x[1]:>7.3f}")
     finally:
         cluster.down(keep_logs=False, graceful=False)
-    med = {w: (statistics.median(x[0] for x in f), statistics.median(x[1] for x in f)) for w, f in figures.items()}
     print(f"median  netns: apply {med['netns'][0]:.3f} s, heal {med['netns'][1]:.3f} s | "
           f"engine: apply {med['engine'][0]:.3f} s, heal {med['engine'][1]:.3f} s | "
           f"engine / netns: apply x{med['engine'][0] / med['netns'][0]:.1f}, heal x{med['engine'][1] / med['netns'][1]:.1f}")

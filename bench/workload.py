@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))
+
+from rounds import alternate  # noqa: E402  (bench/, the script's own directory)
 
 from kafkaproof import logs  # noqa: E402
 from kafkaproof.cluster import ClusterConfig, LocalCluster  # noqa: E402
@@ -108,7 +109,6 @@ def main() -> int:
     args = parser.parse_args()
     logs.setup()
     runs = {"plain": plain, "recorder": recorder}
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     with LocalCluster.up(ClusterConfig(name="bench-workload")) as cluster:
         bootstrap = cluster.bootstrap_servers()
 
@@ -121,12 +121,8 @@ def main() -> int:
             once(name, "warmup", args.warmup)
         print(f"{args.records} records of {args.record_size} B, {json.dumps(SETTINGS)}")
         print(f"{'round':>5} {'producer':>9} {'records/s':>10} {'CPU s':>6}")
-        for r in range(args.rounds):
-            for name in (("plain", "recorder") if r % 2 == 0 else ("recorder", "plain")):
-                rate, cpu = once(name, str(r), args.records)
-                figures[name].append((rate, cpu))
-                print(f"{r + 1:>5} {name:>9} {rate:>10.0f} {cpu:>6.1f}", flush=True)
-    med = {name: (statistics.median(x[0] for x in f), statistics.median(x[1] for x in f)) for name, f in figures.items()}
+        med = alternate(("plain", "recorder"), args.rounds, lambda name, r: once(name, str(r), args.records),
+                        lambda n, name, x: f"{n:>5} {name:>9} {x[0]:>10.0f} {x[1]:>6.1f}")
     print(f"median  plain {med['plain'][0]:.0f} rec/s ({med['plain'][1]:.1f} CPU s) | recorder "
           f"{med['recorder'][0]:.0f} rec/s ({med['recorder'][1]:.1f} CPU s) | recorder / plain "
           f"{med['recorder'][0] / med['plain'][0]:.2f} (target >= 0.8)")

@@ -218,8 +218,7 @@ def gate(summaries: list[dict] | None = None, fault_tasks: list[str] | None = No
     summaries = list(summaries or [])
     clients = get_current_context()["params"].get("clients") or []
     if len(clients) > 1:  # a client matrix: the page compares the clients side by side
-        night = pipeline.write_client_report(summaries, _batch_id())
-        differences = pipeline.client_differences(summaries)
+        night, differences = pipeline.write_client_report(summaries, _batch_id())
         print("clients differ:\n  " + "\n  ".join(differences) if differences else "clients do not differ")
     else:
         night = pipeline.write_batch_report(summaries, _batch_id())

@@ -328,10 +328,12 @@ def write_batch_report(summaries: list[dict], batch_id: str, out: Path | None = 
     return str(write([s for s in summaries if s], batch_id, out or runs_dir()))
 
 
-def write_client_report(summaries: list[dict], batch_id: str, out: Path | None = None) -> str:
-    """Write the client matrix page of a batch: each scenario under each client side by side, differences named."""
+def write_client_report(summaries: list[dict], batch_id: str, out: Path | None = None) -> tuple[str, list[str]]:
+    """Write the client matrix page of a batch (each scenario under each client side by side); returns
+    (report path, where the clients differ)."""
     from .report import write_client_report as write
-    return str(write([s for s in summaries if s], client_differences(summaries), batch_id, out or runs_dir()))
+    differences = client_differences(summaries)
+    return str(write([s for s in summaries if s], differences, batch_id, out or runs_dir())), differences
 
 
 def write_upgrade_report(summaries: list[dict], batch_id: str, out: Path | None = None) -> tuple[str, list[str]]:
@@ -444,6 +446,6 @@ def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = N
     analyze_batch(runs, batch_id)
     summaries = [judge(r, batch_id) for r in runs]
     ok, problems = gate(summaries)
-    report_path = (write_client_report(summaries, batch_id) if clients and len(clients) > 1
+    report_path = (write_client_report(summaries, batch_id)[0] if clients and len(clients) > 1
                    else write_batch_report(summaries, batch_id))
     return BatchResult(batch_id, summaries, ok, problems, report_path)

@@ -1105,6 +1105,26 @@ def fault_metrics(sends: DataFrame, faults: list[dict[str, Any]], t0: int, end_n
 NODE_STATE_AFTER = {"kill": "dead", "stop": "dead", "pause": "paused"}
 NFT_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss")
 PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
+ROLLING_FAULT_KINDS = ("rolling_upgrade", "rolling_restart")
+
+
+def rolling_effect(kind: str, params: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a rolling fault took effect when every node it rolled came back on what it was rolled to
+    (and, for a finalised upgrade, the release's features were finalised)."""
+    rolled = effect.get("rolled") or {}
+    if not rolled:
+        return False, "no node was rolled"
+    after = effect.get("versions_after") or {}
+    want = params.get("version")
+    off = sorted(n for n, step in rolled.items() if step.get("caught_up_s") is None
+                 or (want is not None and after.get(n) != want))
+    evidence = f"{len(rolled)} nodes rolled" + (f" to Kafka {want}" if want else "") + (
+        f"; nodes {', '.join(off)} did not come back on it" if off else "")
+    finalized = True
+    if want is not None and params.get("finalize", True):
+        finalized = bool((effect.get("finalized") or {}).get("finalized"))
+        evidence += "; features finalised" if finalized else "; features NOT finalised"
+    return not off and finalized, evidence
 
 
 def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
@@ -1140,6 +1160,18 @@ def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
     if kind in PROXY_FAULT_KINDS:
         n = effect.get("proxy_fired", fault.get("proxy_fired"))
         return bool(n), ("the proxy rule's count was not recorded" if n is None else f"the proxy rule fired {n} times")
+    if kind in ROLLING_FAULT_KINDS:
+        return rolling_effect(kind, json.loads(fault.get("params") or "{}"), effect)
+    if kind == "roll_node":
+        step = effect.get("step")
+        if not step:
+            return False, f"the node did not come back: {effect.get('effect_error') or 'no step was recorded'}"
+        return (step["caught_up_s"] is not None,
+                f"{step['version_before']} → {step['version_after']}, in every ISR after {step['caught_up_s']}s")
+    if kind == "finalize_features":
+        step = effect.get("step") or {}
+        return bool(step.get("finalized")), (f"release {step['release']} finalised" if step.get("finalized") else
+                                             f"not finalised: {effect.get('effect_error') or 'no result recorded'}")
     return False, f"kafkaproof has no check for fault kind {kind!r}"
 
 
@@ -1294,7 +1326,7 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
     tmp.mkdir(parents=True)
 
     fault_rows = [r.asDict() for r in tables["faults"].select(
-        "fault_id", "kind", "target", "start_ns", "heal_ns", "effect", "proxy_fired").collect()]
+        "fault_id", "kind", "target", "params", "start_ns", "heal_ns", "effect", "proxy_fired").collect()]
     faults = [{k: f[k] for k in ("fault_id", "kind", "target", "start_ns", "heal_ns")} for f in fault_rows]
     first_ns, last_ns = run_bounds(sends, reads)
     t0 = ctx.t0_ns if ctx.t0_ns is not None else (first_ns if first_ns is not None else 0)

@@ -170,7 +170,8 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
                                          kafka_version=args.kafka_version, brokers=args.brokers,
-                                         bootstrap=args.bootstrap, backend=args.backend)).execute()
+                                         bootstrap=args.bootstrap, backend=args.backend,
+                                         upgrade_to=args.upgrade_to)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
 
@@ -355,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--out", default=None, help="parent of run directories (default: $KAFKAPROOF_RUNS or ./runs)")
     rn.add_argument("--messages", type=_positive_int, help="override producers.messages")
     rn.add_argument("--kafka-version", help="override cluster.kafka_version")
+    rn.add_argument("--upgrade-to", help="override the version every rolling_upgrade of the timeline rolls to")
     rn.add_argument("--brokers", type=_positive_int, help="override cluster.brokers (local cluster only)")
     rn.add_argument("--backend", choices=list(CLUSTER_BACKENDS),
                     help="override cluster.backend: local (JVMs here) or compose (containers, compose/)")

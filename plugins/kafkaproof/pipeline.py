@@ -56,11 +56,11 @@ def suite(tag: str | None = None, names: list[str] | None = None) -> list[Scenar
 
 def resolve(scenario: Scenario, messages: int | None = None, kafka_version: str | None = None,
             brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None,
-            client: str | None = None) -> Scenario:
+            client: str | None = None, upgrade_to: str | None = None) -> Scenario:
     """The scenario as it will run: with the run's overrides, every fault and client property checked.
     ScenarioError naming the file and field when it cannot take them — before anything starts."""
     from .run.client_config import check_client_config
-    resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap, backend, client)
+    resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap, backend, client, upgrade_to)
     check_scenario_faults(resolved)
     check_client_config(resolved)
     return resolved
@@ -186,13 +186,15 @@ def provision(scenario: Scenario, cluster_name: str, reuse: bool = False) -> dic
     reused = None
     if cluster_name in state.list_clusters():
         cluster = attach(cluster_name)
-        if reuse and cluster.state().get("kept"):
+        if reuse and cluster.state().get("kept") and not cluster.state().get("rolled"):
             reused = _check_reuse(cluster, scenario)
+        elif reuse and cluster.state().get("rolled"):
+            log.info("not reusing cluster %s: a rolling fault changed its nodes", cluster_name)
         if reused is None:
             cluster.down()  # a retry of this task, or a cluster not as good as fresh: start clean
     if reused is None:
         wait_for_exclusive_host(cluster_name)
-        cluster = start_cluster(config)
+        cluster = start_cluster(config, scenario.upgrade_versions)
         reused = {"reused": False, "runs_before": []}
     with state.update_state(cluster_name) as st:
         st["kept"] = None
@@ -350,7 +352,7 @@ def unstarted_run(scenario: str, error: str, label: str = "") -> dict:
 
 def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None,
-                 backend: str | None = None, client: str | None = None) -> dict:
+                 backend: str | None = None, client: str | None = None, upgrade_to: str | None = None) -> dict:
     """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
 
     A scenario that cannot take the overrides comes back as a run without a directory whose
@@ -359,7 +361,7 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     """
     (scn,) = suite(names=[scenario])
     try:
-        resolved = resolve(scn, messages, kafka_version, brokers, bootstrap, backend, client)
+        resolved = resolve(scn, messages, kafka_version, brokers, bootstrap, backend, client, upgrade_to)
     except ScenarioError as e:
         return unstarted_run(scenario, str(e), label)
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")

@@ -51,6 +51,15 @@ class ClusterBackend(Protocol):
     # node processes
     def node_state(self, node_id: int) -> str:
         """running | paused | dead."""
+    def node_version(self, node_id: int) -> str:
+        """The Kafka version the node runs."""
+    def node_versions(self) -> dict[int, str]: ...
+    def node_settings(self, node_id: int) -> dict[str, Any]:
+        """Settings rolling faults gave the node on top of the cluster's."""
+    def start_node_as(self, node_id: int, version: str, settings: Mapping[str, Any]) -> None:
+        """Start a stopped node on another Kafka version and/or settings, on the same data."""
+    def wait_node_caught_up(self, node_id: int, timeout_s: float = 120.0) -> float:
+        """Until a restarted node serves again (in every ISR it replicates); returns the seconds it took."""
     def node_incarnation(self, node_id: int) -> str | None:
         """An id that changes each time the node starts (a restart is visible)."""
     def start_node(self, node_id: int) -> None: ...
@@ -110,8 +119,16 @@ def backend_class(backend: str) -> type:
     return {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster}[backend]
 
 
-def start_cluster(config: ClusterConfig) -> ClusterBackend:
-    """Start the cluster `config` describes on its backend (`local` or `compose`)."""
+def start_cluster(config: ClusterConfig, upgrade_versions: Collection[str] = ()) -> ClusterBackend:
+    """Start the cluster `config` describes on its backend (`local` or `compose`), with the Kafka versions
+    its rolling upgrades go to installed first (jars, and images for compose), so a roll never waits on Maven."""
+    from .install import ensure_kafka
+    for version in upgrade_versions:
+        ensure_kafka(version)  # the jars also run kafka-features when the upgrade is finalised
+        if config.backend == "compose":
+            from .docker_engine import ensure_engine, ensure_image
+            ensure_engine()
+            ensure_image(version)
     return backend_class(config.backend).up(config)
 
 

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import NodeLink
@@ -22,6 +22,11 @@ from .proxies import ProxyFleet
 from .views import KafkaViews
 
 log = logging.getLogger(__name__)
+
+START_MARKER = "==== kafkaproof: starting node"  # the line the local backend writes before each start
+FATAL_LOG_LINE = "Encountered fatal fault"  # a KRaft node that cannot go on (e.g. an unsupported metadata.version)
+SERVER_STARTED_LINE = "Kafka Server started"
+CAUGHT_UP_STABLE_S = 2.0
 
 
 class StatefulCluster(KafkaViews, ProxyFleet):
@@ -98,6 +103,87 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         """The node's log as a file (`server.log` in its directory; it may not exist)."""
         return self.node_dir(node_id) / "server.log"
 
+    def node_version(self, node_id: int) -> str:
+        """The Kafka version the node runs (a rolling upgrade changes it node by node)."""
+        return self.node(node_id).get("kafka_version") or self.state()["kafka_version"]
+
+    def node_versions(self) -> dict[int, str]:
+        """Every node's Kafka version."""
+        st = self.state()
+        return {n["id"]: n.get("kafka_version") or st["kafka_version"] for n in st["nodes"]}
+
+    def node_settings(self, node_id: int) -> dict[str, Any]:
+        """The settings rolling faults gave the node on top of the cluster's own ({} when none)."""
+        return dict(self.node(node_id).get("settings") or {})
+
+    def start_node_as(self, node_id: int, version: str, settings: Mapping[str, Any]) -> None:  # pragma: no cover
+        """Start a stopped node on Kafka `version` with `settings` on top of the cluster's (its data kept)."""
+        raise NotImplementedError
+
+    def _record_node_change(self, node_id: int, version: str, settings: Mapping[str, Any], **extra: Any) -> None:
+        """Record a node's new version and settings in the state file, and that the cluster was rolled
+        (a changed cluster is never reused by the next scenario of a batch)."""
+        with state.update_state(self.name) as st:
+            st["rolled"] = True
+            for n in st["nodes"]:
+                if n["id"] == node_id:
+                    n.update(kafka_version=version, settings=dict(settings), **extra)
+        log.info("node %d will start as Kafka %s%s", node_id, version,
+                 f" with {', '.join(f'{k}={v}' for k, v in sorted(settings.items()))}" if settings else "")
+
+    def node_log_since_start(self, node_id: int) -> str:
+        """The node's log from its latest start on."""
+        path = self.node_log(node_id)
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return text[max(0, text.rfind(START_MARKER)):]
+
+    def wait_node_caught_up(self, node_id: int, timeout_s: float = 120.0) -> float:
+        """Wait until a restarted node serves again and stays so for CAUGHT_UP_STABLE_S: a broker registered
+        and in the ISR of every partition it replicates, a dedicated controller started and following a
+        quorum leader. Returns the seconds until it first did; ClusterError (with the node's own fatal log
+        line when there is one) when it died or did not within `timeout_s`."""
+        t0 = time.monotonic()
+        since: float | None = None
+        last = "nothing yet"
+        while True:
+            fatal = [ln for ln in self.node_log_since_start(node_id).splitlines() if FATAL_LOG_LINE in ln]
+            if fatal:
+                raise ClusterError(f"node {node_id} stopped itself: {fatal[0].strip()[:400]}")
+            if self.node_state(node_id) == "dead":
+                raise ClusterError(f"node {node_id} exited after it started; see {self.log_hint(node_id)}")
+            ok, last = self._node_serving(node_id)
+            now = time.monotonic()
+            if ok:
+                since = since or now
+                if now - since >= CAUGHT_UP_STABLE_S:
+                    return since - t0
+            else:
+                since = None
+            if now - t0 > timeout_s:
+                raise ClusterError(f"node {node_id} not back after {timeout_s:.0f}s: {last}; see {self.log_hint(node_id)}")
+            time.sleep(0.5)
+
+    def _node_serving(self, node_id: int) -> tuple[bool, str]:
+        roles = self.node(node_id)["roles"]
+        if "broker" in roles:
+            try:
+                md = self.metadata()
+            except ClusterError as e:
+                return False, str(e)
+            if node_id not in md.brokers:
+                return False, f"broker {node_id} is not registered"
+            for t in md.topics.values():
+                for p in t.partitions.values():
+                    if node_id in p.replicas and node_id not in p.isrs:
+                        return False, f"broker {node_id} is not in the ISR of {t.topic}-{p.id}"
+            return True, "registered and in every ISR"
+        if SERVER_STARTED_LINE not in self.node_log_since_start(node_id):
+            return False, f"controller {node_id} has not logged '{SERVER_STARTED_LINE}'"
+        qs = self.read_quorum_state(node_id) or {}
+        if (qs.get("leaderId") if qs.get("leaderId") is not None else -1) < 0:
+            return False, f"controller {node_id} follows no quorum leader"
+        return True, f"started, quorum leader {qs['leaderId']}"
+
     def node_link(self, node_id: int) -> NodeLink | None:
         """The node's network attachment (its namespace, addresses, host-side veth), None if it has none."""
         link = self.node(node_id).get("link")
@@ -125,6 +211,9 @@ class StatefulCluster(KafkaViews, ProxyFleet):
                                   "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
             nodes.append(entry)
         topics, error = self.topics_status()
+        versions = self.node_versions()
+        for entry in nodes:
+            entry["kafka_version"] = versions[entry["id"]]
         return {"name": self.name, **self.status_fields(st), "cluster_id": st.get("cluster_id"),
                 "bootstrap_servers": self.bootstrap_servers(), "proxy": bool(st.get("proxy")),
                 "direct_bootstrap": self.direct_bootstrap(), "active_controller": self.active_controller(),

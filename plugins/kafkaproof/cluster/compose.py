@@ -84,6 +84,20 @@ def override_yaml(config: ClusterConfig, nodes: list[dict[str, Any]]) -> str:
     return yaml.safe_dump({"services": services} if services else {"services": {}}, sort_keys=True)
 
 
+def rolled_yaml(nodes: list[dict[str, Any]]) -> str:
+    """Pure: the compose file that gives each node a rolling fault changed its image and settings
+    (`rolled.yml`, last of the project's files, so it wins over the base file and the override)."""
+    import yaml
+    services = {}
+    for n in nodes:
+        if n.get("image") or n.get("settings"):
+            svc: dict[str, Any] = {"image": n["image"]} if n.get("image") else {}
+            if n.get("settings"):
+                svc["environment"] = {env_name(k): _env_value(v) for k, v in sorted(n["settings"].items())}
+            services[n["service"]] = svc
+    return yaml.safe_dump({"services": services}, sort_keys=True)
+
+
 def compose_model_problems(model: Mapping[str, Any], nodes: list[dict[str, Any]], project: str) -> list[str]:
     """Pure: what in a resolved compose model (`docker compose config --format json`) breaks the
     conventions kafkaproof relies on: a service per node with its container name, its fixed address
@@ -322,13 +336,35 @@ class ComposeCluster(StatefulCluster):
             return
         if self.node_state(node_id) == "paused":
             de.docker("unpause", container)
-        if graceful:
-            de.docker("stop", "--time", str(int(timeout_s)), container, timeout=timeout_s + 30)
-        else:
-            de.docker("kill", container)
+        try:
+            if graceful:
+                de.docker("stop", "--time", str(int(timeout_s)), container, timeout=timeout_s + 30)
+            else:
+                de.docker("kill", container)
+        except ClusterError:
+            if self.node_state(node_id) != "dead":
+                raise
+            log.info("node %d exited by itself while it was being stopped", node_id)  # e.g. a fatal fault
         deadline = time.monotonic() + 10
         while self.node_state(node_id) != "dead" and time.monotonic() < deadline:
             time.sleep(0.1)
+
+    def start_node_as(self, node_id: int, version: str, settings: dict) -> None:
+        """Recreate a stopped node's container on `version`'s image with `settings` in its environment
+        (`rolled.yml`; the same data volume), and start it. Its output so far is kept beside its log."""
+        st, node = self.state(), self.node(node_id)
+        image = st["image"] if version == st["kafka_version"] else de.ensure_image(version)
+        old = self.node_dir(node_id) / f"server.{node.get('recreated', 0)}.log"
+        self._save_log(node, old)
+        self._record_node_change(node_id, version, settings, image=image, recreated=node.get("recreated", 0) + 1)
+        rolled = state.cluster_dir(self.name) / "rolled.yml"
+        rolled.write_text(rolled_yaml(self.state()["nodes"]))
+        with state.update_state(self.name) as st:
+            if str(rolled) not in st["compose"]["files"]:
+                st["compose"]["files"].append(str(rolled))
+        self._compose(["up", "-d", "--no-deps", "--no-build", "--force-recreate", node["service"]])
+        self._attach(node_id)
+        log.info("node %d started (container %s, Kafka %s)", node_id, node["container"], version)
 
     def pause_node(self, node_id: int) -> None:
         """`docker pause`: every process of the container frozen, its connections left open."""
@@ -343,10 +379,10 @@ class ComposeCluster(StatefulCluster):
         self._save_log(self.node(node_id))
         return super().node_log(node_id)
 
-    def _save_log(self, node: Mapping[str, Any]) -> None:
+    def _save_log(self, node: Mapping[str, Any], path: Path | None = None) -> None:
         proc = de.docker("logs", node["container"], check=False, timeout=60)
         if proc.returncode == 0:
-            path = self.node_dir(node["id"]) / "server.log"
+            path = path or self.node_dir(node["id"]) / "server.log"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(proc.stdout + proc.stderr)
 

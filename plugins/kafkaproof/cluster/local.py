@@ -32,7 +32,7 @@ from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, plan_link, new_cluster_id, node_properties, plan_nodes, render_properties
 from ..spec.faults import FAULT_KINDS, NETWORK_KINDS
 from . import network, process, procs, state
-from .base import StatefulCluster
+from .base import START_MARKER, StatefulCluster
 from .install import KafkaDistribution, ensure_kafka
 from .process import ProcessRef
 
@@ -197,11 +197,11 @@ class LocalCluster(StatefulCluster):
         ns = node["link"]["namespace"] if node.get("link") else None
         st = self.state()
         # A cluster started before the jit setting existed ran its nodes with the JVM's default.
-        cmd = network.netns_prefix(ns) + self.dist.java_command(
+        cmd = network.netns_prefix(ns) + self._node_dist(node).java_command(
             "kafka.Kafka", str(ndir / "server.properties"), heap=st.get("heap", "512m"),
             jvm_opts=JIT_MODES[st.get("jit", "full")])
         logf = open(ndir / "server.log", "ab")
-        logf.write(f"\n==== kafkaproof: starting node {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
+        logf.write(f"\n{START_MARKER} {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
         logf.flush()
         popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  cwd=ndir, start_new_session=True)
@@ -215,6 +215,24 @@ class LocalCluster(StatefulCluster):
                     n["process"] = ref.to_json()
                     n["status"] = "running"
         log.info("node %d started (pid %d)", node_id, popen.pid)
+
+    def _node_dist(self, node: dict) -> KafkaDistribution:
+        """The Kafka a node runs: the cluster's, or the one a rolling upgrade started it on."""
+        if not node.get("kafka_libs"):
+            return self.dist
+        return KafkaDistribution(node["kafka_version"], Path(node["kafka_libs"]), node["kafka_source"])
+
+    def start_node_as(self, node_id: int, version: str, settings: dict) -> None:
+        """Start a stopped node on `version`'s jars, its server.properties written again for that version
+        with `settings` on top (the same data directory)."""
+        dist = ensure_kafka(version)
+        st, node = self.state(), self.node(node_id)
+        config = ClusterConfig.from_layout(self.name, st["config"], version)
+        props = node_properties(config, node, st["nodes"], self.node_dir(node_id), dist.major)
+        props.update(settings)
+        (self.node_dir(node_id) / "server.properties").write_text(render_properties(props))
+        self._record_node_change(node_id, version, settings, kafka_libs=str(dist.libs), kafka_source=dist.source)
+        self.start_node(node_id)
 
     def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
         """Stop a node: SIGTERM (controlled shutdown) or SIGKILL, and wait until it is gone."""

@@ -32,6 +32,7 @@ from ..spec.faults import TARGET_FORMS, TARGETLESS, FaultSpec, proxy_rule
 from .checks import check_fault
 from .network_rules import (NetworkPlan, cut_clients_rules, isolate_rules, one_way_cut_rules, packet_loss_rules,
                             partition_rules, resolve_partition_groups)
+from .rolling import roll
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class FaultInjector:
         if spec.is_proxy:
             nodes = self.resolve_proxied(spec.target)
         else:
-            nodes = [] if spec.kind in TARGETLESS else self.resolve(spec.target)
+            nodes = [] if spec.kind in TARGETLESS else self.resolve(spec.resolved_target)
         heal: dict[str, Any] = {}
         rule = None
         params = dict(spec.params)
@@ -183,6 +184,8 @@ class FaultInjector:
                 self.cluster.start_node(n)
             heal = {}
             effect["restarted"] = {str(n): self.cluster.node_incarnation(n) != before[n] for n in nodes}
+        elif spec.is_rolling:
+            effect.update(roll(self, spec, nodes))
         elif spec.is_proxy:
             rule = proxy_rule(spec, fault_id)
             added: list[list] = []
@@ -216,15 +219,22 @@ class FaultInjector:
                 nodes = sorted(i for g in plan.groups for i in g)
                 params["resolved_groups"] = plan.groups
 
-        fault = ActiveFault(fault_id, spec.kind, spec.target, nodes, params, start_ns, start_wall, heal, rule)
+        fault = ActiveFault(fault_id, spec.kind, spec.resolved_target, nodes, params, start_ns, start_wall, heal, rule)
         self.cluster.record_fault(fault.to_json())
         self.injected.append(fault_id)
         self._log("inject", fault.to_json(), start_ns, start_wall,
                   {"effect": effect, **({"annotations": dict(annotations)} if annotations else {})})
-        log.info("fault %s: %s on %s -> nodes %s %s", fault_id, spec.kind, spec.target or "-", nodes, params or "")
-        if spec.kind == "restart":
+        log.info("fault %s: %s on %s -> nodes %s %s", fault_id, spec.kind, spec.resolved_target or "-", nodes,
+                 params or "")
+        if spec.kind == "restart" or spec.is_rolling:  # done when injected: its window ends now
             self.heal(fault_id)
         return fault
+
+    def log_step(self, event: str, fault: dict, extra: dict | None = None) -> None:
+        """Log one step of a fault made of steps (a rolling fault's nodes): `inject` at its start, `heal`
+        at its end, each step a row of the run's faults table of its own."""
+        mono, wall = (fault["start_ns"], fault["start_wall"]) if event == "inject" else now()
+        self._log(event, fault, mono, wall, extra)
 
     def _network_plan(self, spec: FaultSpec, nodes: list[int], ips: dict[int, str]) -> "NetworkPlan":
         cluster_ips = sorted(ips.values())

@@ -2,6 +2,8 @@
 to the rows, windows, lanes and points the pages draw (no HTML here, no analysis redone)."""
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
@@ -135,6 +137,7 @@ def node_segments(snapshots: pd.DataFrame | None, t0: int, nodes: Sequence[int])
     snaps = snapshots.sort_values("ts_ns").drop_duplicates("ts_ns")
     times = [(int(t) - t0) / NS_PER_S for t in snaps["ts_ns"]]
     live = [set(as_ints(v)) for v in snaps["live_nodes"]]
+    versions = [_versions(v) for v in snaps["node_versions"]] if "node_versions" in snaps else [{}] * len(times)
     ids = sorted(set(nodes) | set().union(*live)) if live else sorted(nodes)
     out: dict[int, list[Segment]] = {}
     for n in ids:
@@ -142,13 +145,22 @@ def node_segments(snapshots: pd.DataFrame | None, t0: int, nodes: Sequence[int])
         for i, t in enumerate(times):
             end = times[i + 1] if i + 1 < len(times) else t + 1.0
             state = "up" if n in live[i] else "down"
-            if segs and segs[-1].state == state:
+            version = versions[i].get(str(n)) if state == "up" else None
+            label = (version or "live") if state == "up" else "down"
+            if segs and segs[-1].state == state and segs[-1].label == label:
                 segs[-1].end_s = end
             else:
-                segs.append(Segment(t, end, "live" if state == "up" else "down", state,
-                                    f"node {n} {'live' if state == 'up' else 'dead or paused'}"))
+                segs.append(Segment(t, end, label, state, f"node {n} " + (
+                    f"live{f' on Kafka {version}' if version else ''}" if state == "up" else "dead or paused")))
         out[n] = segs
     return out
+
+
+def _versions(v: Any) -> dict[str, str]:
+    """A snapshot's node versions (JSON text, or missing in runs before they were recorded)."""
+    if not isinstance(v, str) or not v:
+        return {}
+    return {k: str(x) for k, x in json.loads(v).items() if x}
 
 
 @dataclass

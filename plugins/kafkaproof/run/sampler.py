@@ -1,6 +1,8 @@
-"""Per-second snapshots of the cluster during a run: leaders, replicas and ISR of every partition."""
+"""Per-second snapshots of the cluster during a run: leaders, replicas and ISR of every partition, live nodes
+and each node's Kafka version."""
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -47,7 +49,11 @@ class SnapshotSampler:
             parts = self.cluster.partitions(self.topic)
         except ClusterError:
             parts = {}
+        try:
+            versions = json.dumps({str(k): v for k, v in self.cluster.node_versions().items()}, sort_keys=True)
+        except (ClusterError, KeyError):  # an existing cluster's versions are not known
+            versions = None
         for p, info in sorted(parts.items()):
             self.rows.append({"ts_ns": ts, "partition": p, "leader": info["leader"], "replicas": info["replicas"],
                               "isr": info["isr"], "controller": -1 if controller is None else controller,
-                              "live_nodes": live})
+                              "live_nodes": live, "node_versions": versions})

@@ -65,6 +65,7 @@ class RunOptions:
     progress_interval_s: float = 2.0
     control: str | None = None  # fault tasks of another process time the faults (run/control.py)
     backend: str | None = None  # override cluster.backend: local | compose
+    upgrade_to: str | None = None  # override the version of every rolling_upgrade
 
 
 @dataclass
@@ -101,7 +102,7 @@ class ScenarioRun:
 
     def __init__(self, scenario: Scenario, options: RunOptions):
         configured = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
-                                             options.bootstrap, options.backend)
+                                             options.bootstrap, options.backend, upgrade_to=options.upgrade_to)
         check_scenario_faults(configured)  # the proxy's own rule parser, before anything starts
         check_client_config(configured)  # the client's own property names
         try:
@@ -211,7 +212,7 @@ class ScenarioRun:
                                  self.scenario.directory)
             self._refuse_unsupported(backend_class(cfg.backend).supported_for(), cfg.backend)
             with self.phase("provision"):
-                self.cluster = start_cluster(cfg)
+                self.cluster = start_cluster(cfg, self.scenario.upgrade_versions)
             stack.callback(self._teardown)
         else:
             self._refuse_unsupported(ExternalCluster.supported_faults, "external")

@@ -87,6 +87,13 @@ class ClusterConfig:
                                    f"(nodes: {self.node_ids()})")
         return self
 
+    @classmethod
+    def from_layout(cls, name: str, layout: Mapping[str, Any], kafka_version: str) -> "ClusterConfig":
+        """Pure: the config of a running cluster from its state file's `node_layout()` (inverse of it)."""
+        return cls(name=name, brokers=layout["brokers"], controllers=layout["controllers"],
+                   kafka_version=kafka_version, broker_config=dict(layout["broker_config"]),
+                   node_config={int(k): dict(v) for k, v in layout["node_config"].items()})
+
     def node_layout(self) -> dict[str, Any]:
         """Pure: the nodes and their settings, as a cluster's state file records them."""
         return {"brokers": self.brokers, "controllers": self.controllers, "broker_config": dict(self.broker_config),

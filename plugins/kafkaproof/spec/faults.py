@@ -15,7 +15,12 @@ from ..errors import FaultError
 PROCESS_KINDS = ("kill", "stop", "pause", "restart")
 NETWORK_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss", "bandwidth")
 PROXY_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
-FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS
+# One node at a time: stop, start again on another version and/or with other settings, wait until it
+# is back in every ISR (docs/upgrades.md). Instantaneous on the timeline: no `duration`.
+ROLLING_KINDS = ("rolling_upgrade", "rolling_restart")
+FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS + ROLLING_KINDS
+# The steps of a rolling fault, each a row of the fault log of its own (not injectable by themselves).
+ROLLING_STEP_KINDS = ("roll_node", "finalize_features")
 
 _NUM = (int, float)
 # Request filters of every proxy fault (docs/proxy.md "Rules"), and the random draw/limit.
@@ -48,11 +53,16 @@ FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
     "proxy_bandwidth": {**_PROXY_MATCH, "bytes_per_s": (_NUM, True), "direction": (str, False)},
     "reset": {**_PROXY_MATCH, **_PROXY_DRAW, "after_bytes": (int, False), "direction": (str, False)},
     "blackhole": {**_PROXY_MATCH, **_PROXY_DRAW},
+    "rolling_upgrade": {"version": (str, True), "config": (dict, False), "graceful": (bool, False),
+                        "finalize": (bool, False), "timeout_s": (_NUM, False)},
+    "rolling_restart": {"config": (dict, False), "graceful": (bool, False), "timeout_s": (_NUM, False)},
 }
 
 
 # Kinds whose target is implied by params; target is optional for them.
 TARGETLESS = ("partition",)
+# Kinds whose target may be left out, and what it then is.
+DEFAULT_TARGETS = {"rolling_upgrade": "all", "rolling_restart": "all"}
 
 TARGET_FORMS = ("node:<id>", "broker:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
                 "follower:<partition>", "follower:<topic>:<partition>", "followers:<partition>",
@@ -81,7 +91,7 @@ class FaultSpec:
         if self.kind in TARGETLESS:
             if self.target:
                 raise FaultError(f"{where}.target: {self.kind} takes no target; give params.groups")
-        elif not _TARGET_RE.match(self.target or ""):
+        elif not _TARGET_RE.match(self.resolved_target):
             raise FaultError(f"{where}.target: {self.target!r} is not a target; allowed forms: {', '.join(TARGET_FORMS)}")
         allowed = FAULT_PARAMS[self.kind]
         for name in self.params:
@@ -105,7 +115,14 @@ class FaultSpec:
                              f"{', '.join(TARGET_FORMS)}")
         if self.kind == "partition":
             _validate_groups(self.params["groups"], f"{where}.params.groups")
+        if self.kind in ROLLING_KINDS:
+            _validate_rolling(self.params, where)
         return self
+
+    @property
+    def resolved_target(self) -> str:
+        """The target, or the kind's default when it was left out."""
+        return self.target or DEFAULT_TARGETS.get(self.kind, "")
 
     @property
     def is_network(self) -> bool:
@@ -114,6 +131,10 @@ class FaultSpec:
     @property
     def is_proxy(self) -> bool:
         return self.kind in PROXY_KINDS
+
+    @property
+    def is_rolling(self) -> bool:
+        return self.kind in ROLLING_KINDS
 
 
 def proxy_rule(spec: FaultSpec, rule_id: str | None = None) -> dict[str, Any]:
@@ -130,6 +151,26 @@ def _typename(typ) -> str:
     if isinstance(typ, tuple):
         return " or ".join(t.__name__ for t in typ)
     return typ.__name__
+
+
+def _validate_rolling(params: Mapping[str, Any], where: str) -> None:
+    from .versions import check_version
+    from ..errors import InstallError
+    if "version" in params:
+        try:
+            check_version(params["version"])
+        except InstallError as e:
+            raise FaultError(f"{where}.params.version: {e}") from None
+    for key, value in (params.get("config") or {}).items():
+        if not isinstance(key, str) or not re.fullmatch(r"[a-z][a-z0-9._-]*", key):
+            raise FaultError(f"{where}.params.config: {key!r} is not a Kafka setting name (e.g. num.replica.fetchers)")
+        if not isinstance(value, (str, int, float, bool)):
+            raise FaultError(f"{where}.params.config.{key}: expected a string, number or boolean, got {value!r}")
+    if params.get("timeout_s", 1) <= 0:
+        raise FaultError(f"{where}.params.timeout_s: must be > 0")
+    if "version" not in params and not params.get("config"):
+        raise FaultError(f"{where}.params.config: a rolling_restart needs settings to change "
+                         f"(a restart without changes is `restart`)")
 
 
 def _validate_groups(groups: Any, where: str) -> None:

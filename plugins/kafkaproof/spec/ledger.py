@@ -121,6 +121,7 @@ CLUSTER_SNAPSHOTS = pa.schema([
     ("isr", pa.list_(pa.int32())),
     ("controller", pa.int32()),
     ("live_nodes", pa.list_(pa.int32())),
+    ("node_versions", pa.string()),  # JSON {node id: Kafka version}; a rolling upgrade changes it node by node
 ])
 
 TABLES: dict[str, pa.Schema] = {

@@ -18,7 +18,7 @@ from .anomalies import EXPECTABLE
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from .faults import FAULT_KINDS, PROXY_KINDS, FaultSpec
+from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
@@ -238,7 +238,7 @@ class TimelineFault:
             when += f" after {self.after['event']}" + (f" {who}" if who is not None else "")
             if self.after.get("delay_s"):
                 when += f" + {self.after['delay_s']:g}s"
-        target = self.spec.target or self.spec.params.get("groups")
+        target = self.spec.resolved_target or self.spec.params.get("groups")
         return f"{self.spec.kind} {target} {when}" + (f" for {self.duration:g}s" if self.duration is not None else "")
 
 
@@ -291,6 +291,11 @@ class Scenario:
         """The scenario's own exercised conditions (each fault kind adds its default check in the analysis)."""
         return [dict(c) for c in self.data.get("exercised") or []]
 
+    @property
+    def upgrade_versions(self) -> list[str]:
+        """The Kafka versions the timeline's rolling upgrades go to (installed before the cluster starts)."""
+        return sorted({f["params"]["version"] for f in self.data["faults"] if f["kind"] == "rolling_upgrade"})
+
     def timeline(self) -> list[TimelineFault]:
         return sorted((TimelineFault(f["at"], FaultSpec(f["kind"], f.get("target", ""), f.get("params", {})),
                                      f.get("duration"), i, f.get("after"))
@@ -307,9 +312,11 @@ class Scenario:
 
     def with_overrides(self, messages: int | None = None, kafka_version: str | None = None,
                        brokers: int | None = None, bootstrap: str | None = None,
-                       backend: str | None = None, client: str | None = None) -> "Scenario":
+                       backend: str | None = None, client: str | None = None,
+                       upgrade_to: str | None = None) -> "Scenario":
         """The scenario with a run's overrides applied (message scale, Kafka version, broker count, backend,
-        the client every producer and consumer runs: a client matrix runs a scenario once per client).
+        the client every producer and consumer runs: a client matrix runs a scenario once per client;
+        `upgrade_to`: the version every rolling_upgrade of the timeline rolls to).
 
         The result is checked again like a scenario file, so an override the scenario cannot take
         (e.g. fewer brokers than its replication factor, or a broker count for an existing cluster
@@ -324,6 +331,15 @@ class Scenario:
             data["producers"].pop("duration_s", None)
         if kafka_version is not None:
             data["cluster"]["kafka_version"] = check_version(kafka_version)
+        if upgrade_to is not None:
+            rolls = [f for f in data["faults"] if f["kind"] == "rolling_upgrade"]
+            if not rolls:
+                raise ScenarioError(f"{self.path}: faults (override upgrade_to={upgrade_to}): the scenario has no "
+                                    f"rolling_upgrade to aim at another version")
+            for f in rolls:
+                f["params"]["version"] = upgrade_to
+        if kafka_version is not None or upgrade_to is not None:
+            _check_semantics(data, f"{self.path} (with kafka_version={data['cluster']['kafka_version']})")
         if brokers is not None:
             if not 1 <= brokers <= MAX_BROKERS:
                 raise ScenarioError(f"{self.path}: cluster.brokers (override): {brokers} is not allowed; "
@@ -476,6 +492,8 @@ def _check_semantics(data: dict, source: str) -> None:
                         fail(f"{where}.target", f"node {nid} does not exist; nodes are {node_ids}")
         if target.startswith("broker:") and int(target[7:]) not in range(1, brokers + 1):
             fail(f"{where}.target", f"broker {target[7:]} does not exist; brokers are 1..{brokers}")
+        if f["kind"] in ROLLING_KINDS:
+            _check_rolling(f, where, data, fail)
         if f["kind"] in PROXY_KINDS:
             named = [int(x) for x in target.split(":", 1)[1].split(",")] if target.startswith(("node:", "nodes:")) else []
             if any(n > brokers for n in named) or (target == "controller" and controllers):
@@ -487,6 +505,27 @@ def _check_semantics(data: dict, source: str) -> None:
         _check_exercise(cond, f"exercised[{i}]", data, fail)
     if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
+
+
+ROLLING_TARGETS = ("all", "brokers", "node:<id>", "nodes:<id>,<id>")
+
+
+def _check_rolling(fault: dict, where: str, data: dict, fail) -> None:
+    """A rolling fault rolls named nodes (or all), takes no duration, and changes something."""
+    target = fault.get("target", "")
+    if target and target not in ("all", "brokers") and not target.startswith(("node:", "nodes:")):
+        fail(f"{where}.target", f"{target!r}: a rolling fault rolls nodes named up front; allowed: "
+                                f"{', '.join(ROLLING_TARGETS)} (default all)")
+    if fault.get("duration") is not None:
+        fail(f"{where}.duration", "a rolling fault takes no duration: it ends when the last node is back in its ISRs")
+    version = (fault.get("params") or {}).get("version")
+    cluster = data["cluster"]
+    if version is not None and version == str(cluster["kafka_version"]):
+        fail(f"{where}.params.version", f"{version} is what the cluster starts on (cluster.kafka_version); "
+                                        f"roll to another version")
+    if version is not None and cluster.get("image"):
+        fail("cluster.image", f"a rolling_upgrade ({where}) starts each node on kafkaproof/kafka:<version>; "
+                              f"a cluster on a given image cannot be rolled to another version")
 
 
 def _check_trigger(after: dict, where: str, data: dict, fail) -> None:

@@ -287,16 +287,19 @@ def _catalog_names() -> list[str]:
 
 @task(pool=POOL, max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30),
       map_index_template="{{ scenario_label }}")
-def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "", client: str | None = None) -> dict:
-    """provision → run → teardown (always) for one scenario of a mapped list; the analysis comes after all of them."""
+def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "", client: str | None = None,
+                 upgrade_to: str | None = None) -> dict:
+    """provision → run → teardown (always) for one scenario of a mapped list; the analysis comes after all of them.
+
+    A rolling upgrade (`upgrade_to`) runs at its scenario's own scale: its workload must outlast the roll."""
     ctx = get_current_context()
     ctx["scenario_label"] = scenario + (f" ({label})" if label else "")
     params = ctx["params"]
     use_docker_engine(params)
     return _report_run(pipeline.run_scenario(
         scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
-        messages=params.get("messages"), bootstrap=existing_cluster(params), label=label,
-        brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client))
+        messages=None if upgrade_to else params.get("messages"), bootstrap=existing_cluster(params), label=label,
+        brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client, upgrade_to=upgrade_to))
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
@@ -330,8 +333,14 @@ def kafka_reliability_manual():
 
 @dag(dag_id="kafka_upgrade_check", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
      max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
-     doc_md="Runs the same scenarios on the current and the candidate Kafka version; fails when the candidate is worse.",
-     params={"scenarios": Param(["baseline"], type="array", items={"type": "string", "enum": _catalog_names()}),
+     doc_md="Rolls a cluster from the current to the candidate Kafka version under load (the rolling scenarios), "
+            "then runs the same scenarios on either version; fails when the roll does not pass or the candidate "
+            "is worse.",
+     params={"rolling_scenarios": Param(["upgrade-39-to-43-idempotent"], type="array",
+                                        items={"type": "string", "enum": _catalog_names()},
+                                        description="scenarios with a rolling_upgrade, run first: from "
+                                                    "current_version to candidate_version under load"),
+             "scenarios": Param(["baseline"], type="array", items={"type": "string", "enum": _catalog_names()}),
              "current_version": Param(PRODUCTION_KAFKA_VERSION, type="string"),
              "candidate_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
              "brokers": BROKERS_PARAM,
@@ -341,8 +350,11 @@ def kafka_upgrade_check():
     @task
     def matrix() -> list[dict]:
         p = get_current_context()["params"]
-        return [{"scenario": s, "kafka_version": v, "label": label} for label, v in
-                (("current", p["current_version"]), ("candidate", p["candidate_version"])) for s in p["scenarios"]]
+        rolls = [{"scenario": s, "kafka_version": p["current_version"], "upgrade_to": p["candidate_version"],
+                  "label": "rolling"} for s in p.get("rolling_scenarios") or []]
+        return rolls + [{"scenario": s, "kafka_version": v, "label": label} for label, v in
+                        (("current", p["current_version"]), ("candidate", p["candidate_version"]))
+                        for s in p["scenarios"]]
 
     @task(trigger_rule="all_done")
     def compare_versions(summaries: list[dict] | None = None) -> None:
@@ -350,7 +362,7 @@ def kafka_upgrade_check():
         path, worse = pipeline.write_upgrade_report(summaries, _batch_id())
         print(f"upgrade report: {path}")
         if worse:
-            raise AirflowFailException("the candidate is worse:\n  " + "\n  ".join(worse) + f"\nreport: {path}")
+            raise AirflowFailException("the upgrade is not safe:\n  " + "\n  ".join(worse) + f"\nreport: {path}")
 
     runs = matrix()
     ran = run_scenario.expand_kwargs(runs)

@@ -197,7 +197,7 @@ def test_regression_and_failed_workload_fail_the_gate_after_teardown(airflow_hom
     assert history.runs("broken-producer", url=url)[0]["verdict"] == "error"
 
 
-def test_upgrade_check_runs_both_versions_and_analyses_them_in_one_spark_submit(airflow_home, tmp_path):
+def test_upgrade_check_rolls_then_runs_both_versions_and_analyses_them_in_one_spark_submit(airflow_home, tmp_path):
     runs = tmp_path / "runs"
     env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(runs), KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite")
     # The scenario's own scale (5,000): the candidate is compared on publish p50, which a run of 2,000
@@ -209,9 +209,17 @@ def test_upgrade_check_runs_both_versions_and_analyses_them_in_one_spark_submit(
     rows = history.runs("baseline", url=env["KAFKAPROOF_HISTORY_URL"])
     assert sorted(row["kafka_version"] for row in rows) == ["3.9.2", "4.3.1"]
     assert {row["verdict"] for row in rows} == {"pass"}
-    # both runs were analysed by the one `analyze` task: one Spark application for the DAG run
+    # first, the default rolling scenario rolled a cluster from the current to the candidate version
+    (roll,) = history.runs("upgrade-39-to-43-idempotent", url=env["KAFKAPROOF_HISTORY_URL"])
+    assert (roll["kafka_version"], roll["verdict"]) == ("3.9.2", "pass")
+    (page,) = [line.split("upgrade report:", 1)[1].strip() for line in log.splitlines() if "upgrade report:" in line]
+    html = Path(page).read_text()
+    assert "The rolling upgrade, under load" in html and "features finalised for release 4.3" in html
+    assert html.count("3.9.2 → 4.3.1") == 3  # a row per node
+    # every run was analysed by the one `analyze` task: one Spark application for the DAG run
     (cmd,) = [line for line in log.splitlines() if "Spark-Submit cmd:" in line]
     assert cmd.count("/runs/baseline-") == 2 and "--name kafkaproof-analyze" in cmd
+    assert cmd.count("/runs/upgrade-39-to-43-idempotent-") == 1
     assert not [n for n in state.list_clusters() if n.startswith("af-")]
 
 

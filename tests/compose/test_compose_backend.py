@@ -24,6 +24,7 @@ from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.spec.scenario import load
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
+from rolling_checks import check_rolled_run, settings_change_upgrade_and_refused_downgrade
 from support import REPO, needs_root, produce, wait_for
 
 pytestmark = pytest.mark.compose
@@ -212,3 +213,18 @@ def test_a_users_compose_file_that_breaks_the_conventions_is_refused_before_anyt
                                            r"services.kafka2: missing \(node 2"):
         start_cluster(ClusterConfig(name=name, brokers=2, backend="compose", compose_file=str(own)))
     assert name not in state.list_clusters() and not any(de.labelled(name).values())
+
+
+def test_catalog_rolling_upgrade_on_containers_loses_and_duplicates_nothing(docker_ready, tmp_path):
+    (scenario,) = pipeline.suite(names=["upgrade-39-to-43-idempotent"])
+    result = ScenarioRun(scenario, RunOptions(out=tmp_path / "runs", messages=20000, backend="compose")).execute()
+    assert result.status == "complete", result.error
+    check_rolled_run(result.run_dir, [1, 2, 3], 20000)
+    assert not any(de.labelled(ledger.read_manifest(result.run_dir)["cluster"]["name"]).values())
+
+
+def test_settings_change_upgrade_and_a_refused_downgrade_on_containers(compose_cluster, tmp_path):
+    cluster = compose_cluster(brokers=2, kafka_version="3.9.2", broker_config=FAST)
+    settings_change_upgrade_and_refused_downgrade(cluster, tmp_path)
+    rolled = yaml.safe_load((state.cluster_dir(cluster.name) / "rolled.yml").read_text())["services"]
+    assert {svc["image"] for svc in rolled.values()} == {"kafkaproof/kafka:4.3.1"}

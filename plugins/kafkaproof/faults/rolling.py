@@ -74,11 +74,12 @@ class NodeStep:
     version_before: str
     version_after: str
     settings: dict
-    caught_up_s: float | None = None
+    caught_up_s: float | None = None  # from its start until it served again
+    out_s: float | None = None  # from the stop until it served again
 
     def effect(self) -> dict[str, Any]:
         return {"version_before": self.version_before, "version_after": self.version_after,
-                "settings": self.settings, "caught_up_s": self.caught_up_s}
+                "settings": self.settings, "caught_up_s": self.caught_up_s, "out_s": self.out_s}
 
 
 def roll(injector: "FaultInjector", spec: FaultSpec, nodes: list[int]) -> dict[str, Any]:
@@ -115,9 +116,12 @@ def _roll_node(injector: "FaultInjector", spec: FaultSpec, step: NodeStep, grace
     cluster.record_fault(fault)  # while the node is out, `fault heal --all` starts it again
     injector.log_step("inject", fault)
     try:
+        stopped = time.monotonic()
         cluster.stop_node(step.node, graceful=graceful)
         cluster.start_node_as(step.node, step.version_after, step.settings)
+        started = time.monotonic()
         step.caught_up_s = round(cluster.wait_node_caught_up(step.node, timeout_s), 3)
+        step.out_s = round(started - stopped + step.caught_up_s, 3)
     except (ClusterError, FaultError, OSError) as e:
         put_back = _put_back(cluster, step.node, step.version_before, before_settings, timeout_s)
         cluster.forget_fault(fault["fault_id"])

@@ -1,8 +1,14 @@
 """The upgrade page: each scenario on the current and the candidate Kafka version, side by side."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from ..errors import LedgerError
+from ..spec import ledger
 
 from .batch_page import batch_dir, change_since, nonzero_anomalies, summary_problems, summary_report
 from .data import key_numbers
@@ -11,10 +17,85 @@ from .kit import (Markup, badge, bullets, esc, fmt_ms, fmt_num, join, link, now_
 from .verdict_text import ordered_kinds
 
 
+ROLLING_KINDS = ("rolling_upgrade", "rolling_restart")
+
+
+def rolling_facts(faults: pd.DataFrame, sends: pd.DataFrame) -> dict[str, Any]:
+    """Pure: what a rolling run's part of the upgrade page says: each node's step (versions, time out of
+    service, time until back in its ISRs), the roll's length, the longest intended→ack time of a value
+    meant to be sent during it, and the finalisation."""
+    rolls = faults[faults["kind"].isin(ROLLING_KINDS)]
+    steps = faults[faults["kind"] == "roll_node"].sort_values("start_ns")
+    nodes = []
+    for r in steps.to_dict("records"):
+        effect = json.loads(r["effect"] or "{}")
+        step, params = effect.get("step") or {}, json.loads(r["params"] or "{}")
+        nodes.append({"node": int(list(r["nodes"])[0]), "from": params.get("from"), "to": params.get("to"),
+                      "out_s": step.get("out_s"),
+                      "caught_up_s": step.get("caught_up_s"), "error": effect.get("effect_error")})
+    facts: dict[str, Any] = {"nodes": nodes, "roll_s": None, "max_ack_ms": None, "finalized": None}
+    if len(rolls):
+        start, end = int(rolls["start_ns"].min()), int(rolls["heal_ns"].max())
+        facts["roll_s"] = (end - start) / 1e9
+        during = sends[(sends["intended_ns"] >= start) & (sends["intended_ns"] <= end) & (sends["outcome"] == "ok")]
+        if len(during):
+            facts["max_ack_ms"] = float((during["complete_ns"] - during["intended_ns"]).max()) / 1e6
+            facts["acked_during"] = len(during)
+    for r in faults[faults["kind"] == "finalize_features"].to_dict("records"):
+        facts["finalized"] = json.loads(r["effect"] or "{}").get("step") or {"finalized": False}
+    return facts
+
+
+def load_rolling_facts(run_dir: str | Path | None) -> dict[str, Any] | None:
+    """`rolling_facts` of a run directory; None when its ledger cannot be read."""
+    if not run_dir:
+        return None
+    try:
+        faults = ledger.read_table(Path(run_dir), "faults").to_pandas()
+        sends = ledger.read_table(Path(run_dir), "sends").select(
+            ["intended_ns", "complete_ns", "outcome"]).to_pandas()
+    except (LedgerError, OSError):
+        return None
+    return rolling_facts(faults, sends)
+
+
+def render_rolling(s: Mapping[str, Any], facts: Mapping[str, Any] | None, here: Path) -> list:
+    """The part of the upgrade page on one rolling run: verdict, nodes, latency during the roll, finalisation."""
+    report = summary_report(s)
+    head = tag("h3", [esc(f"{s['scenario']}: rolling upgrade from {s.get('kafka_version') or '?'} "), badge(s.get("verdict")),
+                      esc(" "), link(rel_href(report, here), "report") if report else esc("no report")])
+    out = [head]
+    problems = summary_problems(s)
+    if problems:
+        out.append(bullets(problems))
+    if not facts:
+        out.append(tag("div", "the run's ledger could not be read", class_="detail"))
+        return out
+    lines = []
+    if facts["roll_s"] is not None:
+        lines.append(f"{plural(len(facts['nodes']), 'node')} rolled one at a time in {fmt_num(facts['roll_s'], 1, 's')}")
+    if facts["max_ack_ms"] is not None:
+        lines.append(f"longest intended→ack time of the {facts['acked_during']:,} values sent during the roll: "
+                     f"{fmt_ms(facts['max_ack_ms'])}")
+    fin = facts["finalized"]
+    if fin is not None:
+        lines.append(f"features finalised for release {fin.get('release')}: " + ", ".join(
+            f"{k}={v}" for k, v in sorted((fin.get("levels") or {}).items())) if fin.get("finalized") else
+            "features NOT finalised")
+    out.append(bullets(lines))
+    out.append(table(["node", "version", "out of service (stop → serving)", "back in its ISRs after its start"], [
+        (str(n["node"]), f"{n['from']} → {n['to']}", fmt_num(n["out_s"], 1, "s"),
+         fmt_num(n["caught_up_s"], 1, "s") if n["caught_up_s"] is not None else f"not back: {n['error']}")
+        for n in facts["nodes"]]))
+    return out
+
+
 def upgrade_pairs(summaries: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping | None, Mapping | None]]:
-    """Pure: (scenario, current summary, candidate summary) per scenario, sorted by name."""
+    """Pure: (scenario, current summary, candidate summary) per scenario, sorted by name (rolling runs apart)."""
     by: dict[str, dict[str, Mapping]] = {}
     for s in summaries:
+        if s.get("label") == "rolling":
+            continue
         by.setdefault(s["scenario"], {})[s.get("label") or "current"] = s
     return [(name, d.get("current"), d.get("candidate")) for name, d in sorted(by.items())]
 
@@ -68,13 +149,19 @@ def render_upgrade(summaries: Sequence[Mapping[str, Any]], worse: Sequence[str],
     """The upgrade comparison page: scenario × Kafka version, and why the candidate is worse."""
     pairs = upgrade_pairs(summaries)
     cur_v, cand_v = version_of(pairs, 1), version_of(pairs, 2)
-    status = "fail" if worse else ("pass" if pairs else "error")
-    headline = (f"CANDIDATE {cand_v} IS WORSE than {cur_v}" if worse else
-                f"Candidate {cand_v} is no worse than {cur_v}" if pairs else "No results to compare")
+    status = "fail" if worse else ("pass" if pairs or summaries else "error")
+    rolls = [s for s in summaries if s.get("label") == "rolling"]
+    headline = (f"THE UPGRADE IS NOT SAFE{f' ({cur_v} → {cand_v})' if pairs else ''}" if worse else
+                f"Candidate {cand_v} is no worse than {cur_v}" + (", and the rolling upgrade passed" if rolls else "")
+                if pairs else "The rolling upgrade passed" if rolls else "No results to compare")
     body = [tag("h1", f"Upgrade check {batch_id}"), tag("div", f"generated {now_utc()}", class_="sub"),
             tag("section", [tag("h2", headline),
                             bullets(worse) if worse else tag("div", f"{plural(len(pairs), 'scenario')} compared.")],
                 class_=f"verdict {status}")]
+    if rolls:
+        body.append(tag("h2", "The rolling upgrade, under load"))
+        for s in rolls:
+            body += render_rolling(s, load_rolling_facts(s.get("run_dir")), here)
     rows = []
     for name, cur, cand in pairs:
         text, cls = version_change(cur, cand)

@@ -125,9 +125,15 @@ def gate(summaries: list[dict]) -> tuple[bool, list[str]]:
 
 
 def upgrade_differences(summaries: list[dict]) -> list[str]:
-    """Pure: where the candidate version does worse than the current one on the same scenario."""
+    """Pure: a rolling upgrade (label `rolling`) that did not pass, and where the candidate version does
+    worse than the current one on the same scenario."""
     by = {(s["scenario"], s.get("label")): s for s in summaries}
     worse = []
+    for (scenario, label), roll in sorted(by.items()):
+        if label == "rolling" and roll["verdict"] != "pass":
+            what = "; ".join(roll.get("violations") or []) or roll.get("error") or "see its report"
+            worse.append(f"{scenario}: the rolling upgrade from {roll.get('kafka_version')} did not pass "
+                         f"({roll['verdict']}): {what}")
     rank = {"pass": 0, "fail": 1, "error": 2}
     for (scenario, label), cand in sorted(by.items()):
         if label != "candidate":

@@ -138,3 +138,29 @@ def test_node_lanes_show_each_nodes_version():
     assert [(s.label, s.start_s, s.end_s) for s in lanes[2]] == [("3.9.2", 0.0, 3.0)]
     old = node_segments(snaps.drop(columns="node_versions"), 0, [1, 2])
     assert [s.label for s in old[1]] == ["live", "down", "live"]
+
+
+def test_the_upgrade_page_leads_with_the_roll_and_a_failed_roll_makes_the_upgrade_unsafe(tmp_path):
+    from kafkaproof.report.upgrade_page import render_upgrade, rolling_facts
+    from kafkaproof.verdict.summary import upgrade_differences
+    s = 10**9
+    step = {"version_before": "3.9.2", "version_after": "4.3.1", "settings": {}, "caught_up_s": 3.0, "out_s": 5.0}
+    faults = pd.DataFrame([
+        {"kind": "rolling_upgrade", "nodes": [1, 2], "params": '{"version": "4.3.1"}', "start_ns": 10 * s,
+         "heal_ns": 30 * s, "effect": "{}"},
+        {"kind": "roll_node", "nodes": [2], "params": '{"from": "3.9.2", "to": "4.3.1"}', "start_ns": 10 * s,
+         "heal_ns": 17 * s, "effect": json.dumps({"step": step})},
+        {"kind": "finalize_features", "nodes": [1, 2], "params": "{}", "start_ns": 28 * s, "heal_ns": 30 * s,
+         "effect": json.dumps({"step": {"finalized": True, "release": "4.3", "levels": {"metadata.version": 30}}})}])
+    sends = pd.DataFrame({"intended_ns": [5 * s, 12 * s, 20 * s], "complete_ns": [5 * s + 1, 13 * s + 5 * 10**8, 20 * s + 7],
+                          "outcome": ["ok", "ok", "ok"]})
+    facts = rolling_facts(faults, sends)
+    assert facts["roll_s"] == 20.0 and facts["max_ack_ms"] == 1500.0 and facts["acked_during"] == 2
+    assert facts["nodes"] == [{"node": 2, "from": "3.9.2", "to": "4.3.1", "out_s": 5.0, "caught_up_s": 3.0, "error": None}]
+    assert facts["finalized"]["release"] == "4.3"
+    failed = {"scenario": "upgrade-x", "label": "rolling", "verdict": "fail", "kafka_version": "3.9.2",
+              "violations": ["lost: 12 acknowledged values"], "metrics": {}}
+    assert upgrade_differences([failed]) == [
+        "upgrade-x: the rolling upgrade from 3.9.2 did not pass (fail): lost: 12 acknowledged values"]
+    html = render_upgrade([failed], upgrade_differences([failed]), "b", tmp_path)
+    assert "THE UPGRADE IS NOT SAFE" in html and "The rolling upgrade, under load" in html

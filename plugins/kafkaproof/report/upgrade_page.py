@@ -151,7 +151,9 @@ def render_upgrade(summaries: Sequence[Mapping[str, Any]], worse: Sequence[str],
     cur_v, cand_v = version_of(pairs, 1), version_of(pairs, 2)
     status = "fail" if worse else ("pass" if pairs or summaries else "error")
     rolls = [s for s in summaries if s.get("label") == "rolling"]
-    headline = (f"THE UPGRADE IS NOT SAFE{f' ({cur_v} → {cand_v})' if pairs else ''}" if worse else
+    roll_failed = any(s.get("verdict") != "pass" for s in rolls)
+    headline = ("THE ROLLING UPGRADE DID NOT PASS" if roll_failed else
+                f"CANDIDATE {cand_v} IS WORSE than {cur_v}" if worse else
                 f"Candidate {cand_v} is no worse than {cur_v}" + (", and the rolling upgrade passed" if rolls else "")
                 if pairs else "The rolling upgrade passed" if rolls else "No results to compare")
     body = [tag("h1", f"Upgrade check {batch_id}"), tag("div", f"generated {now_utc()}", class_="sub"),

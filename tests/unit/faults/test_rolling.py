@@ -163,4 +163,4 @@ def test_the_upgrade_page_leads_with_the_roll_and_a_failed_roll_makes_the_upgrad
     assert upgrade_differences([failed]) == [
         "upgrade-x: the rolling upgrade from 3.9.2 did not pass (fail): lost: 12 acknowledged values"]
     html = render_upgrade([failed], upgrade_differences([failed]), "b", tmp_path)
-    assert "THE UPGRADE IS NOT SAFE" in html and "The rolling upgrade, under load" in html
+    assert "THE ROLLING UPGRADE DID NOT PASS" in html and "The rolling upgrade, under load" in html

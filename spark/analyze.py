@@ -1167,7 +1167,7 @@ def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
         if not step:
             return False, f"the node did not come back: {effect.get('effect_error') or 'no step was recorded'}"
         return (step["caught_up_s"] is not None,
-                f"{step['version_before']} → {step['version_after']}, in every ISR after {step['caught_up_s']}s")
+                f"{step['version_before']} → {step['version_after']}, serving again {step['caught_up_s']}s after its start")
     if kind == "finalize_features":
         step = effect.get("step") or {}
         return bool(step.get("finalized")), (f"release {step['release']} finalised" if step.get("finalized") else

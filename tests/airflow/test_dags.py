@@ -237,3 +237,40 @@ def test_manual_dag_analyses_on_the_spark_master_spark_default_names(airflow_hom
         assert spark.apps() == [("kafkaproof-analyze", "FINISHED")]  # it ran on the cluster, not in local mode
     (row,) = history.runs("baseline", url=env["KAFKAPROOF_HISTORY_URL"])
     assert row["verdict"] == "pass"
+
+
+def test_the_plugin_serves_reports_in_the_airflow_ui_and_the_library_trips_no_plugin_import(airflow_home, tmp_path):
+    from report_runs import make_run
+    from kafkaproof.report import write_run_report
+    runs = tmp_path / "runs"
+    run_dir = make_run(runs)
+    write_run_report(run_dir)
+    port = str(free_port())
+    env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(runs), AIRFLOW__API__PORT=port)
+    log_path = tmp_path / "api-server.log"
+    with open(log_path, "w") as out:  # every app: the UI, the REST API and the plugins' apps
+        api = subprocess.Popen(["airflow", "api-server", "--port", port], env=env, stdout=out,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}/kafkaproof/"
+
+    def index() -> str | None:
+        assert api.poll() is None, log_path.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(base, timeout=2) as r:
+                return r.read().decode()
+        except OSError:
+            return None
+
+    try:
+        page = wait_for(index, 180, f"the kafkaproof plugin at {base}")
+        assert f'href="{run_dir.name}/report/index.html"' in page
+        with urllib.request.urlopen(base + f"{run_dir.name}/report/index.html", timeout=10) as r:
+            assert r.status == 200 and run_dir.name in r.read().decode()
+    finally:
+        stop_group(api, grace_s=30)
+    log = log_path.read_text()
+    assert "Failed to import plugin" not in log, log[-3000:]
+    # the UI's entry for it (the nav's external view)
+    listed = subprocess.run(["airflow", "plugins", "-o", "json"], env=env, capture_output=True, text=True, timeout=120)
+    (plugin,) = [p for p in json.loads(listed.stdout) if p["name"] == "kafkaproof"]
+    assert plugin["external_views"][0]["href"] == "/kafkaproof/" and plugin["fastapi_apps"]

@@ -1,4 +1,5 @@
-"""A crashed run leaves nothing running: the runner is SIGKILLed at random moments, then
+"""A crashed run leaves nothing running: the runner is SIGKILLed at random moments (one of them in the
+middle of a rolling upgrade, a node out), then
 `kafkaproof cluster down --all` must leave no process, namespace, veth, nft table, proxy or
 registry entry of it behind, and the next run on the same host must pass."""
 from __future__ import annotations
@@ -22,13 +23,16 @@ pytestmark = [pytest.mark.cluster, needs_root]
 
 from support import REPO  # noqa: E402
 SCENARIO = REPO / "tests" / "data" / "crash-lost-acks.yaml"
-# Where to kill (a line of the runner's log that starts the window, and how long after it).
+ROLLING = REPO / "tests" / "data" / "crash-rolling.yaml"
+# Where to kill (a line of the runner's log that starts the window, and how long after it), in which run.
 KILL_POINTS = {
-    "provisioning": (re.compile(r"\] provision$"), (0.5, 6.0)),
-    "mid-fault": (re.compile(r"fault lost_ack-[0-9a-f]+: lost_ack on all"), (0.0, 1.5)),
-    "drain": (re.compile(r"\] drain$"), (0.0, 0.4)),
+    "provisioning": (re.compile(r"\] provision$"), (0.5, 6.0), SCENARIO),
+    "mid-fault": (re.compile(r"fault lost_ack-[0-9a-f]+: lost_ack on all"), (0.0, 1.5), SCENARIO),
+    "drain": (re.compile(r"\] drain$"), (0.0, 0.4), SCENARIO),
+    # a node of a rolling upgrade stopped and being started on the new version
+    "mid-roll": (re.compile(r"node \d+ will start as Kafka 4\.3\.1"), (0.0, 1.0), ROLLING),
 }
-ROUNDS = ["provisioning", "mid-fault", "drain"] * 3 + ["mid-fault"]
+ROUNDS = ["provisioning", "mid-fault", "drain", "mid-roll"] * 2
 
 
 def ours(marker: str) -> list[str]:
@@ -68,8 +72,8 @@ def kafkaproof(*args: str, **kw) -> subprocess.CompletedProcess:
 
 def run_and_kill(out: Path, point: str, rng: random.Random) -> dict:
     """Start a run, SIGKILL its runner at `point`; returns what happened."""
-    pattern, (lo, hi) = KILL_POINTS[point]
-    proc = subprocess.Popen([sys.executable, "-m", "kafkaproof", "run", str(SCENARIO), "--out", str(out)],
+    pattern, (lo, hi), scenario = KILL_POINTS[point]
+    proc = subprocess.Popen([sys.executable, "-m", "kafkaproof", "run", str(scenario), "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
     seen = []

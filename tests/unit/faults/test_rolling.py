@@ -122,7 +122,7 @@ def test_a_rolling_upgrade_took_effect_only_when_every_node_came_back_on_the_ver
 def test_the_steps_of_a_roll_are_judged_each():
     step = {"version_before": "3.9.2", "version_after": "4.3.1", "settings": {}, "caught_up_s": 2.5}
     assert job.fault_effect(_fault("roll_node", {}, {"step": step})) == (
-        True, "3.9.2 → 4.3.1, in every ISR after 2.5s")
+        True, "3.9.2 → 4.3.1, serving again 2.5s after its start")
     assert job.fault_effect(_fault("roll_node", {}, {"effect_error": "node 2 stopped itself"})) == (
         False, "the node did not come back: node 2 stopped itself")
     assert job.fault_effect(_fault("finalize_features", {}, {"step": {"finalized": True, "release": "4.3"}}))[0]

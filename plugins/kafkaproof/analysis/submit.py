@@ -61,7 +61,8 @@ def find_spark_submit(spark_submit: str | None = None) -> str:
     found = shutil.which("spark-submit")
     if not found:
         raise AnalysisError("spark-submit not found next to the Python interpreter nor on PATH; "
-                            "install pyspark into this environment (requirements.txt)")
+                            "install the analysis extra into this environment: pip install 'kafkaproof[analysis]' "
+                            "(or a checkout's requirements.txt)")
     return found
 
 

@@ -162,10 +162,19 @@ def anomaly_examples(frame, limit: int = EXAMPLES) -> dict[str, list[int]]:
 
 # --------------------------------------------------------------------------- GX
 
+def _import_gx():
+    try:
+        import great_expectations as gx
+    except ImportError as e:
+        raise LedgerError(f"validation needs Great Expectations ({e}): pip install 'kafkaproof[analysis]' "
+                          f"(or a checkout's requirements.txt)") from None
+    return gx
+
+
 def _gx_context(docs_dir: Path):
     """An ephemeral GX context whose only Data Docs site is `docs_dir`."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    import great_expectations as gx
+    gx = _import_gx()
     from great_expectations.data_context.types.base import (
         DataContextConfig,
         InMemoryStoreBackendDefaults,
@@ -187,7 +196,7 @@ def _gx_context(docs_dir: Path):
 
 
 def _gx_suite(spec: Mapping[str, Any]):
-    import great_expectations as gx
+    gx = _import_gx()
 
     suite = gx.ExpectationSuite(name=spec["name"], expectations=[dict(e) for e in spec["expectations"]],
                                 meta=dict(spec.get("meta") or {}))

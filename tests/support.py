@@ -23,6 +23,15 @@ needs_root = pytest.mark.skipif(not network.namespaces_supported(),
                                 reason="network faults need root (network namespaces, nftables)")
 
 
+def airflow_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment `scripts/airflow-env.sh` sets, with a private AIRFLOW_HOME."""
+    out = subprocess.run(["bash", "-c", f"AIRFLOW_HOME={home} source scripts/airflow-env.sh && env -0"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    env = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
+    env.update(extra)
+    return env
+
+
 def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5):
     """Poll `predicate` until it returns something true; fail the test after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -149,3 +158,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class PostgresServer:
+    """A real PostgreSQL server (Debian's package) with a database `kafkaproof`, in a directory of its own
+    and listening only on a Unix socket there; run as the `postgres` user when we are root (the server
+    refuses root). `url` is its SQLAlchemy URL."""
+
+    def __init__(self) -> None:
+        import glob
+        import tempfile
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+        if not bins:
+            pytest.fail("PostgreSQL is not installed (Debian package postgresql; `make setup` installs it)")
+        self.bin = Path(bins[-1])
+        self.base = Path(tempfile.mkdtemp(prefix="kp-pg-"))  # short: a socket path has ~100 characters
+        self.port = free_port()
+        self.url = f"postgresql+psycopg2://kafkaproof@/kafkaproof?host={self.base}&port={self.port}"
+
+    def _run(self, *cmd: str) -> subprocess.CompletedProcess:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"{' '.join(cmd)}: {proc.stdout}{proc.stderr}"
+        return proc
+
+    def __enter__(self) -> "PostgresServer":
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "postgres", str(self.base)], check=True)
+        self._run(str(self.bin / "initdb"), "-D", str(self.base / "data"), "-U", "kafkaproof", "--auth=trust",
+                  "-E", "UTF8")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "server.log"), "-w",
+                  "-o", f"-k {self.base} -c listen_addresses='' -p {self.port}", "start")
+        self._run(str(self.bin / "createdb"), "-h", str(self.base), "-p", str(self.port), "-U", "kafkaproof",
+                  "kafkaproof")
+        return self
+
+    def database(self, name: str) -> str:
+        """A new, empty database on the server; returns its URL."""
+        self._run(str(self.bin / "createdb"), "-h", str(self.base), "-p", str(self.port), "-U", "kafkaproof", name)
+        return self.url.replace("/kafkaproof?", f"/{name}?")
+
+    def __exit__(self, *exc) -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.base / "data"), "-m", "fast", "-w", "stop")
+        subprocess.run(["rm", "-rf", str(self.base)], check=False)

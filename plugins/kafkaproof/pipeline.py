@@ -393,7 +393,7 @@ def judge(run: dict, batch_id: str) -> dict:
             validate(run_dir)
         except KafkaproofError as e:  # the summary below is then an error verdict saying so
             log.error("%s: %s", run["scenario"], e)
-    summary = summarize(run_dir, run["scenario"], batch_id, error=run.get("error"))
+    summary = summarize(run_dir, run["scenario"], batch_id, error=run.get("error"), label=run.get("label", ""))
     if run_dir:
         summary["report"] = report(run_dir)
     summary["label"] = run.get("label", "")

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 # import name -> distribution name, where they differ
 DISTRIBUTIONS = {"yaml": "pyyaml", "confluent_kafka": "confluent-kafka", "sqlalchemy": "sqlalchemy",
                  "great_expectations": "great-expectations", "airflow": "apache-airflow", "pyspark": "pyspark",
-                 "pyarrow": "pyarrow", "pandas": "pandas", "jsonschema": "jsonschema", "kio": "kio",
+                 "pyarrow": "pyarrow", "pandas": "pandas", "jsonschema": "jsonschema", "kio": "kio", "alembic": "alembic",
                  "fastapi": "apache-airflow"}  # fastapi: the plugin's app runs in Airflow's api-server
 OURS = {"kafkaproof"}
 

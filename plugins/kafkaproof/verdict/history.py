@@ -1,7 +1,9 @@
 """Results history (one row per scenario run, behind a SQLAlchemy URL) and regression rules.
 
 Default store: `sqlite:///<runs dir>/history.sqlite`; set `KAFKAPROOF_HISTORY_URL` (e.g.
-`postgresql+psycopg2://user:pw@host/db`) for a shared one.
+`postgresql+psycopg2://user:pw@host/db`) for a shared one. Its schema changes go through Alembic
+migrations (`migrations/`), applied when kafkaproof first opens a history, so a shared history
+survives upgrades of kafkaproof; one made before migrations existed counts as revision 0001.
 """
 from __future__ import annotations
 
@@ -31,7 +33,12 @@ SCENARIO_RUNS = sa.Table(
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("metrics", sa.Text, nullable=False),  # JSON: the key metrics compared across runs
     sa.Column("report", sa.String(500)),
+    sa.Column("label", sa.String(40)),  # in its batch: current/candidate/rolling, or the client of a matrix
+    sa.Index("ix_scenario_runs_scenario_finished", "scenario", "finished_at"),
 )
+MIGRATIONS = Path(__file__).parent / "migrations"
+PRE_MIGRATIONS_REVISION = "0001"  # what `create_all` made before the history had migrations
+_migrated: set[str] = set()  # URLs this process has brought to the newest revision
 
 # Metrics compared against history (lower is better), from analysis/metrics.json; how each is
 # judged is expectations/regression.yaml (kafkaproof.regression).
@@ -50,11 +57,36 @@ def engine(url: str | None = None) -> sa.Engine:
         # Judge tasks of one night may record at the same time (an executor runs them in parallel).
         connect_args["timeout"] = 60
     eng = sa.create_engine(url, connect_args=connect_args)
-    try:
-        METADATA.create_all(eng)
-    except (sa.exc.OperationalError, sa.exc.ProgrammingError):
-        METADATA.create_all(eng)  # another process created the table between the check and the create
+    if url not in _migrated:
+        try:
+            migrate(eng)
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError):
+            migrate(eng)  # another process (a judge task beside this one) migrated between our look and change
+        _migrated.add(url)
     return eng
+
+
+def migrate(eng: sa.Engine, revision: str = "head") -> None:
+    """Bring the history's schema to `revision` with its Alembic migrations (a new history is made so)."""
+    from alembic import command
+    from alembic.config import Config
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with eng.begin() as conn:
+        cfg.attributes["connection"] = conn
+        inspector = sa.inspect(conn)
+        if inspector.has_table("scenario_runs") and not inspector.has_table("alembic_version"):
+            command.stamp(cfg, PRE_MIGRATIONS_REVISION)
+        command.upgrade(cfg, revision)
+
+
+def schema_revision(url: str | None = None) -> str | None:
+    """The history's Alembic revision (None for a history without migrations)."""
+    eng = sa.create_engine(url or history_url())
+    with eng.connect() as conn:
+        if not sa.inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def dig(d: Mapping[str, Any] | None, path: Iterable[str]) -> Any:

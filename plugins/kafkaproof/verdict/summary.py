@@ -76,8 +76,9 @@ def judge_run(run_dir: str | Path | None, scenario: str | None = None, error: st
 
 
 def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history: bool = True,
-              error: str | None = None) -> dict:
-    """The verdict of one scenario run (`judge_run`), its regressions against history, and its history row."""
+              error: str | None = None, label: str = "") -> dict:
+    """The verdict of one scenario run (`judge_run`), its regressions against history, and its history row
+    (`label`: the run's part in its batch, e.g. candidate or rolling in an upgrade check)."""
     summary = judge_run(run_dir, scenario, error)
     if summary.run_id is None:
         return asdict(summary)
@@ -100,7 +101,7 @@ def summarize(run_dir: str | None, scenario: str, batch_id: str, record_history:
                         "kafka_version": summary.kafka_version, "client_version": manifest.client_version,
                         "scenario_hash": manifest.scenario_hash, "guarantee": summary.guarantee,
                         "verdict": summary.verdict, "status": manifest.status, "metrics": summary.metrics,
-                        "report": str(Path(summary.run_dir) / "report" / "index.html")})
+                        "report": str(Path(summary.run_dir) / "report" / "index.html"), "label": label or None})
     return asdict(summary)
 
 

@@ -15,12 +15,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Param, dag, get_current_context, setup, task, task_group, teardown
+from airflow.sdk import Asset, Param, dag, get_current_context, setup, task, task_group, teardown
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkaproof import pipeline
 from kafkaproof.analysis import spark_conf
 from kafkaproof.errors import ScenarioError
+from kafkaproof.notify import WebhookNotifier
 from kafkaproof.spec.clients import CLIENTS
 from kafkaproof.spec.cluster import CLUSTER_BACKENDS
 from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
@@ -36,6 +37,11 @@ SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
 REUSE_CLUSTERS = os.environ.get("KAFKAPROOF_REUSE_CLUSTERS", "true").lower() not in ("0", "false", "no")
 FAULT_START_TIMEOUT_S = 900  # a fault task waits this long for its workload to start
 DEFAULT_ARGS = {"retries": 0, "execution_timeout": timedelta(minutes=30)}
+# Other DAGs can be scheduled on these: a judged run updated the history; a night's summary page is written.
+HISTORY_ASSET = Asset(name="kafkaproof_history", uri="kafkaproof://history")
+BATCH_REPORT_ASSET = Asset(name="kafkaproof_batch_report", uri="kafkaproof://batch-report")
+# A failed gate posts its problems to the webhook of the `kafkaproof_notify` connection (when defined).
+NOTIFY_ON_FAILURE = WebhookNotifier()
 KAFKA_CONN_PARAM = Param(None, type=["null", "string"],
                          description="an existing cluster by Airflow Kafka connection (e.g. kafka_default; Extra: "
                                      "bootstrap.servers); `bootstrap` wins when both are set")
@@ -106,7 +112,7 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
     @task_group(group_id=gid)
     def group():
         @setup
-        @task(pool=POOL)
+        @task(pool=POOL, retries=1, retry_delay=timedelta(seconds=30))  # a retry starts a fresh cluster
         def provision() -> dict:
             """Resolve the scenario once (file, overrides, faults) and start its cluster; both travel on in XCom."""
             params = get_current_context()["params"]
@@ -196,7 +202,8 @@ def analyze_all(run_dirs) -> SparkSubmitOperator:
                                name="kafkaproof-analyze", application_args=run_dirs, conf=spark_conf())
 
 
-@task(trigger_rule="all_done", map_index_template="{{ scenario_label }}")  # also when the analysis failed
+@task(trigger_rule="all_done", map_index_template="{{ scenario_label }}",  # also when the analysis failed
+      outlets=[HISTORY_ASSET])
 def judge(run: dict) -> dict:
     """validate → compare with history → report, for one run; a run without analysis is an error verdict."""
     get_current_context()["scenario_label"] = run["scenario"] + (f" ({run['label']})" if run.get("label") else "")
@@ -212,7 +219,7 @@ def judged(runs_by_task, mapped_task: str | None = None):
     return collected, summaries
 
 
-@task(trigger_rule="all_done")
+@task(trigger_rule="all_done", outlets=[BATCH_REPORT_ASSET], on_failure_callback=NOTIFY_ON_FAILURE)
 def gate(summaries: list[dict] | None = None, fault_tasks: list[str] | None = None) -> None:
     """Fail the DAG run, after every report is written, on any violation, undetected control or regression."""
     summaries = list(summaries or [])
@@ -356,7 +363,7 @@ def kafka_upgrade_check():
                         (("current", p["current_version"]), ("candidate", p["candidate_version"]))
                         for s in p["scenarios"]]
 
-    @task(trigger_rule="all_done")
+    @task(trigger_rule="all_done", outlets=[BATCH_REPORT_ASSET], on_failure_callback=NOTIFY_ON_FAILURE)
     def compare_versions(summaries: list[dict] | None = None) -> None:
         summaries = [s for s in (summaries or []) if s]
         path, worse = pipeline.write_upgrade_report(summaries, _batch_id())

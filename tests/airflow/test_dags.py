@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import subprocess
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -20,16 +22,7 @@ from kafkaproof.spec import scenario as scenario_mod
 
 pytestmark = pytest.mark.airflow
 
-from support import REPO, SparkStandalone, free_port, stop_group, wait_for  # noqa: E402
-
-
-def airflow_env(home: Path, **extra: str) -> dict[str, str]:
-    """The environment `scripts/airflow-env.sh` sets, with a private AIRFLOW_HOME."""
-    out = subprocess.run(["bash", "-c", f"AIRFLOW_HOME={home} source scripts/airflow-env.sh && env -0"],
-                         cwd=REPO, capture_output=True, text=True, check=True).stdout
-    env = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
-    env.update(extra)
-    return env
+from support import REPO, SparkStandalone, airflow_env, free_port, stop_group, wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +102,13 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
     assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id"} <= set(manual.params)
     upgrade = bag.get_dag("kafka_upgrade_check")
-    assert {"current_version", "candidate_version"} <= set(upgrade.params)
+    assert {"current_version", "candidate_version", "rolling_scenarios"} <= set(upgrade.params)
+    assert upgrade.params["rolling_scenarios"] == ["upgrade-39-to-43-idempotent"]
+    # Airflow habits: assets other DAGs can wait for, a notifier on a failed gate, a retried provision
+    assert [a.name for a in tasks["judge"].outlets] == ["kafkaproof_history"]
+    assert [a.name for a in tasks["gate"].outlets] == ["kafkaproof_batch_report"]
+    assert type(tasks["gate"].on_failure_callback[0]).__name__ == "WebhookNotifier"
+    assert tasks["baseline.provision"].retries == 1
 
 
 def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_home, monkeypatch):
@@ -123,6 +122,43 @@ def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_
     from airflow.sdk.exceptions import AirflowFailException
     with pytest.raises(AirflowFailException, match="'kp_no_servers': its Extra has no 'bootstrap.servers'"):
         existing_cluster({"kafka_conn_id": "kp_no_servers"})
+
+
+class WebhookReceiver:
+    """An HTTP server on loopback recording the JSON bodies POSTed to it: (path, body) in `received`."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                received.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "WebhookReceiver":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+
+
+def headless_dom(url: str) -> str:
+    """The DOM headless Chromium (Debian's, `make setup` installs it) renders for `url`."""
+    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
 
 
 def dags_test(env: dict, dag_id: str, conf: dict | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:
@@ -183,13 +219,20 @@ def test_regression_and_failed_workload_fail_the_gate_after_teardown(airflow_hom
     history.record({"scenario": "baseline", "run_id": "other-scale", "kafka_version": "4.3.1", "verdict": "pass",
                     "scenario_hash": "0" * 16, "finished_at": datetime(2026, 11, 7, tzinfo=timezone.utc),
                     "metrics": {"publish_p50_ms": 0.0, "anomalies": {}}}, url)
-    env = airflow_env(airflow_home, KAFKAPROOF_SUITE="t", KAFKAPROOF_SCENARIOS=str(scenarios),
-                      KAFKAPROOF_RUNS=str(tmp_path / "runs"), KAFKAPROOF_HISTORY_URL=url,
-                      KAFKAPROOF_REGRESSION_TOLERANCE="0", KAFKAPROOF_REGRESSION_MIN_ABSOLUTE='{"publish_p50_ms": 0}')
-    r = dags_test(env, "kafka_reliability_nightly")
+    with WebhookReceiver() as hook:  # the failed gate's notification goes to a webhook of our own
+        env = airflow_env(airflow_home, KAFKAPROOF_SUITE="t", KAFKAPROOF_SCENARIOS=str(scenarios),
+                          KAFKAPROOF_RUNS=str(tmp_path / "runs"), KAFKAPROOF_HISTORY_URL=url,
+                          KAFKAPROOF_REGRESSION_TOLERANCE="0",
+                          KAFKAPROOF_REGRESSION_MIN_ABSOLUTE='{"publish_p50_ms": 0}',
+                          AIRFLOW_CONN_KAFKAPROOF_NOTIFY=json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                                     "port": hook.port, "extra": {"endpoint": "night"}}))
+        r = dags_test(env, "kafka_reliability_nightly")
     log = r.stdout + r.stderr
     assert r.returncode != 0, log[-6000:]
     assert "reliability gate failed" in log
+    (path, note), = hook.received
+    assert path == "/night" and (note["dag_id"], note["task_id"]) == ("kafka_reliability_nightly", "gate")
+    assert "reliability gate failed" in note["message"] and "broken-producer" in note["message"]
     assert "baseline" in log and "regression: publish_p50_ms" in log and "of the last 5 passing runs" in log
     assert "broken-producer" in log and "error" in log
     # the failed workload's cluster was torn down
@@ -266,6 +309,11 @@ def test_the_plugin_serves_reports_in_the_airflow_ui_and_the_library_trips_no_pl
         assert f'href="{run_dir.name}/report/index.html"' in page
         with urllib.request.urlopen(base + f"{run_dir.name}/report/index.html", timeout=10) as r:
             assert r.status == 200 and run_dir.name in r.read().decode()
+        # in a browser: the index's link opens the report
+        index_dom = headless_dom(base)
+        (href,) = [h for h in re.findall(r'href="([^"]+)"', index_dom) if h.endswith("/report/index.html")]
+        report_dom = headless_dom(urllib.parse.urljoin(base, href))
+        assert "<svg" in report_dom and run_dir.name in report_dom
     finally:
         stop_group(api, grace_s=30)
     log = log_path.read_text()

@@ -166,12 +166,20 @@ def cmd_run(args) -> int:
     from .paths import runs_dir
     from .run import RunOptions, ScenarioRun
     from .spec import scenario as scenario_mod
-    scn = scenario_mod.load(args.scenario)  # validated before anything starts
+    if args.replay:  # the scenario as that run ran it: its overrides applied, its random schedule drawn
+        from .spec import ledger
+        manifest = ledger.read_manifest(Path(args.replay))
+        scn = scenario_mod.Scenario(manifest["scenario_name"], manifest.get("scenario_path") or "", manifest["scenario"])
+    elif args.scenario:
+        scn = scenario_mod.load(args.scenario)  # validated before anything starts
+    else:
+        print("kafkaproof run: give a SCENARIO file or --replay RUN_DIR", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
                                          kafka_version=args.kafka_version, brokers=args.brokers,
                                          bootstrap=args.bootstrap, backend=args.backend,
-                                         upgrade_to=args.upgrade_to)).execute()
+                                         upgrade_to=args.upgrade_to, seed=args.seed)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
 
@@ -352,11 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_fault_list)
 
     rn = sub.add_parser("run", help="run a scenario and write its ledger to a run directory")
-    rn.add_argument("scenario", help="scenario YAML file")
+    rn.add_argument("scenario", nargs="?", help="scenario YAML file (or --replay RUN_DIR)")
     rn.add_argument("--out", default=None, help="parent of run directories (default: $KAFKAPROOF_RUNS or ./runs)")
     rn.add_argument("--messages", type=_positive_int, help="override producers.messages")
     rn.add_argument("--kafka-version", help="override cluster.kafka_version")
     rn.add_argument("--upgrade-to", help="override the version every rolling_upgrade of the timeline rolls to")
+    rn.add_argument("--seed", type=int, help="the seed of a random fault schedule (default: the scenario's, else new)")
+    rn.add_argument("--replay", metavar="RUN_DIR",
+                    help="run the scenario exactly as RUN_DIR ran it (its overrides, its drawn random schedule)")
     rn.add_argument("--brokers", type=_positive_int, help="override cluster.brokers (local cluster only)")
     rn.add_argument("--backend", choices=list(CLUSTER_BACKENDS),
                     help="override cluster.backend: local (JVMs here) or compose (containers, compose/)")

@@ -309,6 +309,8 @@ def section_environment(v: RunView) -> Markup:
                ("bootstrap", m.get("bootstrap") or cluster.get("bootstrap_servers") or "–"),
                ("cluster id", cluster.get("cluster_id") or "–"),
                *([("cluster", reuse_text(m["cluster_reuse"]))] if m.get("cluster_reuse") else []),
+               *([("random faults", random_schedule_text(m["random_schedule"], m.get("run_id") or ""))]
+                 if m.get("random_schedule") else []),
                ("network", cluster.get("network") or "–")])
     nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, Mapping)]
     node_table = table(["node", "roles", "address", "namespace", "state at the end"],
@@ -319,6 +321,13 @@ def section_environment(v: RunView) -> Markup:
     out.append(tag("div", [tag("div", [left, timings], class_="card"),
                            tag("div", [node_table, topic_table(m)], class_="card")], class_="grid2"))
     return join(out)
+
+
+def random_schedule_text(schedule: Mapping[str, Any], run_id: str) -> str:
+    """Pure: how a random schedule was drawn and how to run it again."""
+    kinds = sorted({f["kind"] for f in schedule.get("faults") or []})
+    return (f"{len(schedule.get('faults') or [])} drawn with seed {schedule.get('seed')} ({', '.join(kinds) or 'none'}); "
+            f"the same again: kafkaproof run --replay <runs>/{run_id}")
 
 
 def reuse_text(reuse: Mapping[str, Any]) -> str:

@@ -66,6 +66,7 @@ class RunOptions:
     control: str | None = None  # fault tasks of another process time the faults (run/control.py)
     backend: str | None = None  # override cluster.backend: local | compose
     upgrade_to: str | None = None  # override the version of every rolling_upgrade
+    seed: int | None = None  # a random schedule's seed when the scenario gives none
 
 
 @dataclass
@@ -101,8 +102,9 @@ class ScenarioRun:
     """One execution of a scenario. Use `execute()`; it never leaves anything running."""
 
     def __init__(self, scenario: Scenario, options: RunOptions):
-        configured = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
+        overridden = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
                                              options.bootstrap, options.backend, upgrade_to=options.upgrade_to)
+        configured = overridden.with_random_schedule(options.seed)  # drawn once, recorded, replayable
         check_scenario_faults(configured)  # the proxy's own rule parser, before anything starts
         check_client_config(configured)  # the client's own property names
         try:
@@ -113,7 +115,7 @@ class ScenarioRun:
         # does not: they are the system under test changing, which is what history is there to catch.
         self.scenario = Scenario(configured.name, configured.path,
                                  apply_overrides(configured.data, self.environment_overrides))
-        self.scenario_hash = configured.hash()
+        self.scenario_hash = overridden.hash()  # a random schedule's configuration: its spec, not one draw
         self.options = options
         self.run_id = new_run_id(scenario.name)
         self.run_dir = Path(options.out).resolve() / self.run_id
@@ -142,6 +144,12 @@ class ScenarioRun:
             "clock": {"monotonic_origin_ns": mono, "wall_origin_ns": wall, "unit": "ns", "source": "CLOCK_MONOTONIC"},
             "topic": self.scenario.topic, "clients": effective_clients(self.scenario.data),
             "status": "running", "error": None}
+        if self.scenario.random_faults:
+            self.manifest["random_schedule"] = {"seed": self.scenario.random_faults["seed"],
+                                                "faults": self.scenario.data["faults"]}
+            log.info("[%s] random schedule, seed %d: %d faults (replay: kafkaproof run --replay %s)",
+                     self.scenario.name, self.scenario.random_faults["seed"], len(self.scenario.data["faults"]),
+                     self.run_dir)
 
     # phases ---------------------------------------------------------------------
     @contextlib.contextmanager

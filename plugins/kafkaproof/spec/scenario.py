@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from .anomalies import EXPECTABLE
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
+from . import random_faults
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
@@ -292,6 +294,26 @@ class Scenario:
         return [dict(c) for c in self.data.get("exercised") or []]
 
     @property
+    def random_faults(self) -> dict[str, Any] | None:
+        """The random schedule spec (`faults: {random: ...}`), None for a timeline."""
+        return self.data.get("random_faults")
+
+    def with_random_schedule(self, seed: int | None = None) -> "Scenario":
+        """The scenario with its random schedule drawn into an ordinary timeline (`seed`: the file's, else
+        the one given, else a new one), the seed and the drawn timeline recorded in `random_faults`; a
+        scenario already drawn (a replay) or without a random schedule as it is."""
+        spec = self.random_faults
+        if not spec or spec.get("drawn"):
+            return self
+        seed = spec.get("seed", seed if seed is not None else random.SystemRandom().randrange(2**31))
+        data = copy.deepcopy(self.data)
+        data["faults"] = random_faults.draw_schedule(spec, seed, random_faults.workload_horizon_s(data["producers"]))
+        data["random_faults"] = {**spec, "seed": seed, "drawn": True}
+        drawn = Scenario(self.name, self.path, data)
+        _check_semantics(drawn.data, f"{self.path} (random schedule, seed {seed})")
+        return drawn
+
+    @property
     def upgrade_versions(self) -> list[str]:
         """The Kafka versions the timeline's rolling upgrades go to (installed before the cluster starts)."""
         return sorted({f["params"]["version"] for f in self.data["faults"] if f["kind"] == "rolling_upgrade"})
@@ -376,6 +398,12 @@ def _merge(defaults: dict, given: dict) -> dict:
     return out
 
 
+def _prefixed(error, key: str):
+    """A schema error of a part of the document, placed under `key` (its field path names the whole)."""
+    error.path.appendleft(key)
+    return error
+
+
 def _field_path(error) -> str:
     parts = [str(p) for p in error.absolute_path]
     return ".".join(parts) if parts else "(top level)"
@@ -398,12 +426,22 @@ def validate_document(doc: Any, source: str) -> dict[str, Any]:
     import jsonschema
     if not isinstance(doc, dict):
         raise ScenarioError(f"{source}: a scenario must be a YAML mapping, got {type(doc).__name__}")
+    random_spec = None
+    if isinstance(doc.get("faults"), dict):  # `faults: {random: ...}`: checked on its own, kept apart
+        doc = dict(doc)
+        random_spec = doc.pop("faults")
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    errors = sorted(validator.iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    errors = list(validator.iter_errors(doc))
+    if random_spec is not None:
+        errors += [_prefixed(e, "faults") for e in
+                   jsonschema.Draft202012Validator(RANDOM_FAULTS_SCHEMA).iter_errors(random_spec)]
+    errors.sort(key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
         lines = [f"{source}: {_field_path(e)}: {_schema_message(e)}" for e in errors[:10]]
         raise ScenarioError("invalid scenario\n  " + "\n  ".join(lines))
     data = _merge(DEFAULTS, doc)
+    if random_spec is not None:
+        data["random_faults"] = random_spec["random"]
     given_producers = doc.get("producers", {})
     if "duration_s" in given_producers and "messages" not in given_producers:
         data["producers"].pop("messages")  # a duration replaces the default message count
@@ -501,10 +539,33 @@ def _check_semantics(data: dict, source: str) -> None:
                                         f"(1..{brokers}): they act on the clients' requests")
 
 
+    if data.get("random_faults"):
+        _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):
         _check_exercise(cond, f"exercised[{i}]", data, fail)
     if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
+
+
+def _check_random(data: dict, fail) -> None:
+    """A random schedule: valid ranges, every kind valid on each of its targets, the proxy when drawn."""
+    spec = data["random_faults"]
+    if data["faults"] and not spec.get("drawn"):
+        fail("faults", "a timeline and a random schedule at once; give one")
+
+    def check_fault(kind: str, target: str, params, where: str) -> None:
+        try:
+            FaultSpec(kind, target, params).validate(where)
+        except FaultError as e:
+            fail(str(e).split(":", 1)[0], str(e).split(": ", 1)[1])
+    random_faults.check_spec(spec, "faults.random", check_fault, fail)
+    if any(k["kind"] in PROXY_KINDS for k in spec["kinds"]):
+        if data["cluster"].get("proxy") is False:
+            fail("cluster.proxy", "false, but faults.random draws proxy faults; remove cluster.proxy or set it to true")
+        data["cluster"]["proxy"] = True
+    for i, cond in enumerate(data.get("exercised") or []):
+        if "before_fault" in cond:
+            fail(f"exercised[{i}].before_fault", "names a fault of a timeline; a random schedule has none up front")
 
 
 ROLLING_TARGETS = ("all", "brokers", "node:<id>", "nodes:<id>,<id>")
@@ -603,6 +664,13 @@ def load_catalog(directory: str | Path, tag: str | None = None) -> list[Scenario
     return [s for s in scenarios if tag is None or tag in s.data["tags"]]
 
 
+RANDOM_FAULTS_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["random"],
+                        "properties": {"random": random_faults.SCHEMA}}
+
+
 def schema_json() -> str:
-    """The JSON Schema of scenario files, as published in `scenarios/scenario.schema.json`."""
-    return json.dumps(SCHEMA, indent=2) + "\n"
+    """The JSON Schema of scenario files, as published in `scenarios/scenario.schema.json` (`faults`: a
+    timeline, or `{random: ...}`)."""
+    published = copy.deepcopy(SCHEMA)
+    published["properties"]["faults"] = {"anyOf": [SCHEMA["properties"]["faults"], RANDOM_FAULTS_SCHEMA]}
+    return json.dumps(published, indent=2) + "\n"

@@ -31,6 +31,8 @@ DOC = {"name": "t-random", "guarantee": "at-least-once",
 
 def injected(run_dir) -> list[tuple[str, str]]:
     faults = pq.read_table(ledger.table_path(run_dir, "faults")).to_pandas().sort_values("start_ns")
+    for target, nodes in zip(faults["target"], faults["nodes"]):  # `random` was drawn as a node up front
+        assert not target.startswith("node:") or list(nodes) == [int(target[5:])]
     return list(zip(faults["kind"], faults["target"]))
 
 
@@ -41,6 +43,7 @@ def test_a_random_schedule_is_drawn_from_its_seed_recorded_and_replayed_exactly(
     assert first.status == "complete", first.error
     schedule = ledger.read_manifest(first.run_dir)["random_schedule"]
     assert schedule["seed"] == 1234 and len(schedule["faults"]) >= 3
+    assert all(f["target"] != "random" for f in schedule["faults"])
     assert injected(first.run_dir) == [(f["kind"], f["target"]) for f in schedule["faults"]]
     sends = pq.read_table(ledger.table_path(first.run_dir, "sends")).to_pandas()
     audit = pq.read_table(ledger.table_path(first.run_dir, "audit")).to_pandas()

@@ -249,9 +249,15 @@ class LocalCluster(StatefulCluster):
             process.send_signal(ref, signal.SIGKILL)
         process.wait_dead(ref, 10.0, self._reap)
 
-    def pause_node(self, node_id: int) -> None:
-        """SIGSTOP the node's JVM (a hung process: its connections stay open)."""
+    def pause_node(self, node_id: int, timeout_s: float = 5.0) -> None:
+        """SIGSTOP the node's JVM (a hung process: its connections stay open), and wait until it is stopped.
+
+        A JVM's hundreds of threads take a moment to stop on a busy host: without the wait, the state read
+        right after the signal (the fault's evidence) may still say running."""
         self._signal(node_id, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout_s
+        while self.node_state(node_id) == "running" and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def resume_node(self, node_id: int) -> None:
         """SIGCONT a paused node; a node that is not paused is left alone."""

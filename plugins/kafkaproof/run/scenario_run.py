@@ -104,7 +104,8 @@ class ScenarioRun:
     def __init__(self, scenario: Scenario, options: RunOptions):
         overridden = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
                                              options.bootstrap, options.backend, upgrade_to=options.upgrade_to)
-        configured = overridden.with_random_schedule(options.seed)  # drawn once, recorded, replayable
+        # drawn once, recorded, replayable; on an existing cluster `random` stays a target resolved when injected
+        configured = overridden.with_random_schedule(options.seed, known_nodes=not options.bootstrap)
         check_scenario_faults(configured)  # the proxy's own rule parser, before anything starts
         check_client_config(configured)  # the client's own property names
         try:

@@ -11,9 +11,9 @@ byte. The run records the seed and the drawn timeline in its manifest (`random_s
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from .faults import FAULT_KINDS, ROLLING_KINDS
+from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS
 
 DRAWABLE_KINDS = tuple(k for k in FAULT_KINDS if k not in ROLLING_KINDS)
 DEFAULT_TARGETS = ("random",)
@@ -64,12 +64,15 @@ def check_spec(spec: Mapping[str, Any], where: str, check_fault: Callable[[str, 
             check_fault(k["kind"], target, k.get("params") or {}, f"{where}.kinds[{i}]")
 
 
-def draw_schedule(spec: Mapping[str, Any], seed: int, horizon_s: float) -> list[dict[str, Any]]:
+def draw_schedule(spec: Mapping[str, Any], seed: int, horizon_s: float, node_ids: Sequence[int] = (),
+                  broker_ids: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Pure: the timeline a random spec gives with `seed` (faults sorted by `at`, each with a duration).
 
     Injections are `interval_s` apart (drawn), not while `max_concurrent` faults are active, and not
     within `quiet_s` of a heal; each lasts `duration_s` (drawn) but ends by `until_s` (default:
     `horizon_s`, the workload's length). Kinds are drawn by `weight` (default 1), targets evenly.
+    The target `random` is drawn here too, as `node:<id>` among `node_ids` (`broker_ids` for proxy
+    faults), when they are given: a replay hits the same nodes.
     """
     rng = random.Random(seed)
     ms = lambda lo_hi: round(rng.uniform(*lo_hi) * 1000)  # noqa: E731  (whole milliseconds: no rounding drift)
@@ -97,6 +100,9 @@ def draw_schedule(spec: Mapping[str, Any], seed: int, horizon_s: float) -> list[
         kind = rng.choices(kinds, weights)[0]
         targets = kind.get("targets") or spec.get("targets") or DEFAULT_TARGETS
         target = targets[rng.randrange(len(targets))]
+        among = broker_ids if kind["kind"] in PROXY_KINDS else node_ids
+        if target == "random" and among:
+            target = f"node:{among[rng.randrange(len(among))]}"
         duration = min(ms(spec["duration_s"]), until - t)
         entry: dict[str, Any] = {"at": t / 1000, "kind": kind["kind"], "target": target, "duration": duration / 1000}
         if kind.get("params"):

@@ -298,16 +298,21 @@ class Scenario:
         """The random schedule spec (`faults: {random: ...}`), None for a timeline."""
         return self.data.get("random_faults")
 
-    def with_random_schedule(self, seed: int | None = None) -> "Scenario":
+    def with_random_schedule(self, seed: int | None = None, known_nodes: bool = True) -> "Scenario":
         """The scenario with its random schedule drawn into an ordinary timeline (`seed`: the file's, else
         the one given, else a new one), the seed and the drawn timeline recorded in `random_faults`; a
-        scenario already drawn (a replay) or without a random schedule as it is."""
+        scenario already drawn (a replay) or without a random schedule as it is. With `known_nodes` (a
+        cluster kafkaproof starts: its node ids are the scenario's) the target `random` is drawn too."""
         spec = self.random_faults
         if not spec or spec.get("drawn"):
             return self
         seed = spec.get("seed", seed if seed is not None else random.SystemRandom().randrange(2**31))
         data = copy.deepcopy(self.data)
-        data["faults"] = random_faults.draw_schedule(spec, seed, random_faults.workload_horizon_s(data["producers"]))
+        brokers, controllers = data["cluster"]["brokers"], data["cluster"]["controllers"]
+        broker_ids = list(range(1, brokers + 1)) if known_nodes else []
+        node_ids = broker_ids + list(range(101, 101 + controllers)) if known_nodes else []
+        data["faults"] = random_faults.draw_schedule(spec, seed, random_faults.workload_horizon_s(data["producers"]),
+                                                     node_ids, broker_ids)
         data["random_faults"] = {**spec, "seed": seed, "drawn": True}
         drawn = Scenario(self.name, self.path, data)
         _check_semantics(drawn.data, f"{self.path} (random schedule, seed {seed})")

@@ -8,6 +8,7 @@ survives upgrades of kafkaproof; one made before migrations existed counts as re
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any, Iterable, Mapping
 import sqlalchemy as sa
 
 from ..paths import runs_dir
+
+log = logging.getLogger(__name__)
 
 METADATA = sa.MetaData()
 SCENARIO_RUNS = sa.Table(
@@ -70,6 +73,7 @@ def migrate(eng: sa.Engine, revision: str = "head") -> None:
     """Bring the history's schema to `revision` with its Alembic migrations (a new history is made so)."""
     from alembic import command
     from alembic.config import Config
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-step chatter; the change is logged below
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with eng.begin() as conn:
@@ -77,16 +81,24 @@ def migrate(eng: sa.Engine, revision: str = "head") -> None:
         inspector = sa.inspect(conn)
         if inspector.has_table("scenario_runs") and not inspector.has_table("alembic_version"):
             command.stamp(cfg, PRE_MIGRATIONS_REVISION)
+        before = _revision(conn)
         command.upgrade(cfg, revision)
+        after = _revision(conn)
+    if before != after:
+        log.info("results history %s: schema %s -> %s", eng.url.render_as_string(hide_password=True),
+                 before or "new", after)
+
+
+def _revision(conn) -> str | None:
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def schema_revision(url: str | None = None) -> str | None:
     """The history's Alembic revision (None for a history without migrations)."""
-    eng = sa.create_engine(url or history_url())
-    with eng.connect() as conn:
-        if not sa.inspect(conn).has_table("alembic_version"):
-            return None
-        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    with sa.create_engine(url or history_url()).connect() as conn:
+        return _revision(conn)
 
 
 def dig(d: Mapping[str, Any] | None, path: Iterable[str]) -> Any:

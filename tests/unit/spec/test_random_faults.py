@@ -47,7 +47,11 @@ def test_a_random_scenario_is_drawn_once_recorded_and_replayed_as_drawn():
     scn = scenario_mod.Scenario("r", "r.yaml", scenario_mod.validate_document(doc(), "r.yaml"))
     assert scn.timeline() == [] and scn.random_faults["interval_s"] == [0.5, 4]
     drawn = scn.with_random_schedule(seed=5)
-    assert drawn.data["random_faults"]["seed"] == 5 and drawn.data["faults"] == draw_schedule(SPEC, 5, 30.0)
+    assert drawn.data["random_faults"]["seed"] == 5
+    assert drawn.data["faults"] == draw_schedule(SPEC, 5, 30.0, [1, 2, 3], [1, 2, 3])
+    assert not [f for f in drawn.data["faults"] if f["target"] == "random"]  # the nodes are drawn too
+    assert {f["target"] for f in drawn.data["faults"] if f["kind"] == "isolate"} == {"follower:0"}
+    assert scn.with_random_schedule(seed=5, known_nodes=False).data["faults"] == draw_schedule(SPEC, 5, 30.0)
     assert len(drawn.timeline()) == len(drawn.data["faults"])
     assert drawn.with_random_schedule(seed=6) is drawn  # a drawn scenario (a replay) is not drawn again
     seeded = scenario_mod.Scenario("r", "r.yaml", scenario_mod.validate_document(doc(seed=9), "r.yaml"))

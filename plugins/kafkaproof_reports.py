@@ -1,8 +1,9 @@
 """kafkaproof's Airflow plugin: every run report and batch page, served inside the Airflow UI.
 
 The api-server mounts `reports_app` at /kafkaproof (the runs directory, `$KAFKAPROOF_RUNS`, as
-static files, and an index of the batches newest first) and the UI gets a "kafkaproof reports"
-entry that opens it. The library itself (plugins/kafkaproof/) is a package, kept out of Airflow's
+static files, and an index of the batches newest first); the UI gets a "kafkaproof reports"
+entry that opens it, and every task of kafkaproof's DAGs an extra link "kafkaproof reports" to its
+DAG run's summary page. The library itself (plugins/kafkaproof/) is a package, kept out of Airflow's
 plugin scan by plugins/.airflowignore.
 """
 from __future__ import annotations
@@ -11,13 +12,16 @@ import html
 from pathlib import Path
 
 from airflow.plugins_manager import AirflowPlugin
+from airflow.sdk import BaseOperatorLink
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from kafkaproof.paths import runs_dir
+from kafkaproof.report.batch_page import safe_batch_id
 
 URL_PREFIX = "/kafkaproof"
+KAFKAPROOF_DAGS = ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check")
 
 
 def batch_index(runs: Path) -> str:
@@ -52,6 +56,21 @@ def reports_app(runs: Path | None = None) -> FastAPI:
     return app
 
 
+def batch_page_url(dag_id: str, run_id: str) -> str:
+    """Where the plugin serves a DAG run's summary page (the batch id of a DAG run is `dag_id/run_id`)."""
+    return f"{URL_PREFIX}/batches/{safe_batch_id(f'{dag_id}/{run_id}')}/index.html"
+
+
+class BatchPageLink(BaseOperatorLink):
+    """"kafkaproof reports" on every task of kafkaproof's DAGs: the DAG run's summary page, which links
+    each scenario's report (empty for other DAGs' tasks)."""
+
+    name = "kafkaproof reports"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        return batch_page_url(ti_key.dag_id, ti_key.run_id) if ti_key.dag_id in KAFKAPROOF_DAGS else ""
+
+
 class KafkaproofReportsPlugin(AirflowPlugin):
     """Reports and batch pages inside the Airflow UI."""
 
@@ -59,3 +78,4 @@ class KafkaproofReportsPlugin(AirflowPlugin):
     fastapi_apps = [{"app": reports_app(), "url_prefix": URL_PREFIX, "name": "kafkaproof reports"}]
     external_views = [{"name": "kafkaproof reports", "href": f"{URL_PREFIX}/", "destination": "nav",
                        "url_route": "kafkaproof", "category": "browse"}]
+    global_operator_extra_links = [BatchPageLink()]

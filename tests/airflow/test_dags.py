@@ -322,3 +322,13 @@ def test_the_plugin_serves_reports_in_the_airflow_ui_and_the_library_trips_no_pl
     listed = subprocess.run(["airflow", "plugins", "-o", "json"], env=env, capture_output=True, text=True, timeout=120)
     (plugin,) = [p for p in json.loads(listed.stdout) if p["name"] == "kafkaproof"]
     assert plugin["external_views"][0]["href"] == "/kafkaproof/" and plugin["fastapi_apps"]
+    assert plugin["global_operator_extra_links"]
+    # the task instances' extra link: the DAG run's summary page, where `write_batch_report` puts it
+    from types import SimpleNamespace
+    from kafkaproof import pipeline
+    module = runpy.run_path(str(REPO / "plugins" / "kafkaproof_reports.py"))
+    key = SimpleNamespace(dag_id="kafka_reliability_nightly", task_id="gate", run_id="scheduled__2026-11-24T02:00:00+00:00")
+    url = module["BatchPageLink"]().get_link(None, ti_key=key)
+    page = Path(pipeline.write_batch_report([], f"{key.dag_id}/{key.run_id}", runs))
+    assert url == "/kafkaproof/" + page.relative_to(runs).as_posix()
+    assert module["BatchPageLink"]().get_link(None, ti_key=SimpleNamespace(dag_id="other", run_id="r")) == ""

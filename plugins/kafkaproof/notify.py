@@ -7,12 +7,11 @@ Used as the `on_failure_callback` of the DAGs' gate tasks.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import urllib.request
 from typing import Any, Mapping
-
-from airflow.sdk import BaseHook, BaseNotifier
 
 log = logging.getLogger(__name__)
 
@@ -38,23 +37,39 @@ def failure_payload(context: Mapping[str, Any]) -> dict[str, Any]:
             "try_number": getattr(ti, "try_number", None), "message": str(context.get("exception") or "failed")}
 
 
-class WebhookNotifier(BaseNotifier):
-    """Posts `failure_payload` as JSON to the connection's webhook."""
+def __getattr__(name: str):
+    # The notifier class is made on first use: importing this module (its pure helpers) must not import
+    # Airflow, whose settings bind to the metadata database named at that moment.
+    if name == "WebhookNotifier":
+        return _webhook_notifier_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    template_fields = ("conn_id",)
 
-    def __init__(self, conn_id: str = NOTIFY_CONN_ID, timeout_s: float = 10.0):
-        super().__init__()
-        self.conn_id, self.timeout_s = conn_id, timeout_s
+@functools.cache
+def _webhook_notifier_class() -> type:
+    from airflow.sdk import BaseHook, BaseNotifier
 
-    def notify(self, context) -> None:
-        try:
-            conn = BaseHook.get_connection(self.conn_id)
-        except Exception as e:  # not configured: nobody asked to be told
-            log.info("no failure notification: connection %r is not defined (%s)", self.conn_id, e)
-            return
-        url = webhook_url(conn.host, conn.port, conn.schema, conn.extra_dejson or {})
-        body = json.dumps(failure_payload(context)).encode()
-        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            log.info("failure notification sent to %s (HTTP %s)", url, response.status)
+    class WebhookNotifier(BaseNotifier):
+        """Posts `failure_payload` as JSON to the connection's webhook."""
+
+        template_fields = ("conn_id",)
+
+        def __init__(self, conn_id: str = NOTIFY_CONN_ID, timeout_s: float = 10.0):
+            super().__init__()
+            self.conn_id, self.timeout_s = conn_id, timeout_s
+
+        def notify(self, context) -> None:
+            try:
+                conn = BaseHook.get_connection(self.conn_id)
+            except Exception as e:  # not configured: nobody asked to be told
+                log.info("no failure notification: connection %r is not defined (%s)", self.conn_id, e)
+                return
+            url = webhook_url(conn.host, conn.port, conn.schema, conn.extra_dejson or {})
+            body = json.dumps(failure_payload(context)).encode()
+            request = urllib.request.Request(url, data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                log.info("failure notification sent to %s (HTTP %s)", url, response.status)
+
+    WebhookNotifier.__module__, WebhookNotifier.__qualname__ = __name__, "WebhookNotifier"
+    return WebhookNotifier

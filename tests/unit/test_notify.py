@@ -25,3 +25,12 @@ def test_the_payload_names_where_and_why():
     assert payload == {"source": "kafkaproof", "dag_id": "kafka_reliability_nightly", "task_id": "gate",
                        "run_id": "scheduled__1", "try_number": 1,
                        "message": "reliability gate failed:\n  baseline: lost"}
+
+
+def test_importing_the_helpers_does_not_import_airflow():
+    """Airflow's settings bind to the metadata database named when it is first imported: a module the
+    DAGs use must not import it before they do (a test collecting it once broke the DAG tests' database)."""
+    import subprocess
+    import sys
+    probe = "import sys, kafkaproof.notify; print('airflow' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"

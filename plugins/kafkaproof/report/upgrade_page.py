@@ -9,15 +9,13 @@ import pandas as pd
 
 from ..errors import LedgerError
 from ..spec import ledger
+from ..spec.faults import ROLLING_KINDS
 
 from .batch_page import batch_dir, change_since, nonzero_anomalies, summary_problems, summary_report
 from .data import key_numbers
 from .kit import (Markup, badge, bullets, esc, fmt_ms, fmt_num, join, link, now_utc, page, plural, rel_href, table,
                    tag, write_html)
 from .verdict_text import ordered_kinds
-
-
-ROLLING_KINDS = ("rolling_upgrade", "rolling_restart")
 
 
 def rolling_facts(faults: pd.DataFrame, sends: pd.DataFrame) -> dict[str, Any]:

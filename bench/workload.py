@@ -37,6 +37,7 @@ from rounds import alternate  # noqa: E402  (bench/, the script's own directory)
 
 from kafkaproof import logs  # noqa: E402
 from kafkaproof.cluster import ClusterConfig, LocalCluster  # noqa: E402
+from kafkaproof.run.workers import worker_env  # noqa: E402
 from kafkaproof.run.workload import COMPLETION_STREAM, SEND_STREAM, read_stream  # noqa: E402
 
 SETTINGS = {"acks": "all", "batch.size": 262144, "linger.ms": 5, "enable.idempotence": False,
@@ -92,7 +93,8 @@ def recorder(bootstrap: str, topic: str, records: int, size: int) -> tuple[float
         path = Path(tmp) / "spec.json"
         path.write_text(json.dumps(spec))
         cpu = cpu_of_children()
-        subprocess.run([sys.executable, "-m", "kafkaproof.run.workload", "producer", str(path)], check=True, timeout=600)
+        subprocess.run([sys.executable, "-m", "kafkaproof.run.workload", "producer", str(path)], check=True, timeout=600,
+                       env=worker_env())
         cpu = cpu_of_children() - cpu
         sends = read_stream(Path(tmp) / "producer-0.sends.arrow", SEND_STREAM).to_pandas()
         done = read_stream(Path(tmp) / "producer-0.completions.arrow", COMPLETION_STREAM).to_pandas()

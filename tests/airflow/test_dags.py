@@ -266,20 +266,26 @@ def test_upgrade_check_rolls_then_runs_both_versions_and_analyses_them_in_one_sp
     assert not [n for n in state.list_clusters() if n.startswith("af-")]
 
 
-def test_manual_dag_analyses_on_the_spark_master_spark_default_names(airflow_home, tmp_path):
+def test_manual_dag_runs_a_client_matrix_analysed_on_the_spark_master_spark_default_names(airflow_home, tmp_path):
     with SparkStandalone(tmp_path / "spark") as spark:
         env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(tmp_path / "runs"),
                           KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite",
                           AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
                                                                  "port": spark.port}))
-        r = dags_test(env, "kafka_reliability_manual", {"scenarios": ["baseline"], "messages": 2000})
+        r = dags_test(env, "kafka_reliability_manual",
+                      {"scenarios": ["baseline"], "messages": 2000, "clients": ["librdkafka", "java"]})
         log = r.stdout + r.stderr
         assert r.returncode == 0, log[-6000:]
         (cmd,) = [line for line in log.splitlines() if "Spark-Submit cmd:" in line]
-        assert f"--master {spark.url}" in cmd
+        assert f"--master {spark.url}" in cmd and cmd.count("/runs/baseline-") == 2  # both clients' runs
         assert spark.apps() == [("kafkaproof-analyze", "FINISHED")]  # it ran on the cluster, not in local mode
-    (row,) = history.runs("baseline", url=env["KAFKAPROOF_HISTORY_URL"])
-    assert row["verdict"] == "pass"
+    rows = history.runs("baseline", url=env["KAFKAPROOF_HISTORY_URL"])
+    assert sorted((row["label"], row["verdict"]) for row in rows) == [("java", "pass"), ("librdkafka", "pass")]
+    # the `clients` param made the summary a client matrix: one page, the clients side by side
+    assert "clients do not differ" in log or "clients differ:" in log
+    (page,) = [line.split("summary report:", 1)[1].strip() for line in log.splitlines() if "summary report:" in line]
+    html = Path(page).read_text()
+    assert "Client matrix" in html and "librdkafka" in html and "java" in html
 
 
 def test_the_plugin_serves_reports_in_the_airflow_ui_and_the_library_trips_no_plugin_import(airflow_home, tmp_path):

@@ -21,6 +21,14 @@ from . import java_driver
 WORKLOAD_MODULE = "kafkaproof.run.workload"
 
 
+def worker_env() -> dict[str, str]:
+    """The environment of a Python worker: this process's, with OpenBLAS on one thread.
+
+    pyarrow imports numpy, whose OpenBLAS starts a spinning thread per core: a worker does no linear
+    algebra, and those threads took about 3% of a producer's CPU from the client and the brokers."""
+    return {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+
+
 class WorkerEvents:
     """Events the workers report as they happen (one UDP datagram each, on loopback): what triggers wait for.
 
@@ -106,7 +114,7 @@ class Workers:
             cmd = [sys.executable, "-m", WORKLOAD_MODULE, role, str(path)]
         errf = open(self.work / f"{name}.stderr.log", "ab")
         proc = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work,
-                                start_new_session=True)
+                                start_new_session=True, env=worker_env())
         errf.close()
         try:
             procs.register(self.owner, name, process.ref_for(proc.pid), cluster=self.cluster, command=cmd)

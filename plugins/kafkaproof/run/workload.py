@@ -17,6 +17,7 @@ Streams written (assembled into the ledger by `assemble.py`):
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -25,6 +26,7 @@ import socket
 import sys
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,8 +71,8 @@ def classify_delivery(error_name: str | None, partition: int) -> str:
 class StreamWriter:
     """Appends rows to an Arrow IPC stream file in batches; each flush is one write() call.
 
-    A row is kept as the tuple it came in (one list append on the hot path: the producer's
-    delivery callback runs once per message); `flush` turns the rows into columns.
+    A row is kept as the tuple it came in (one list append); `flush` turns the rows into columns.
+    The producer's per-message streams use the columnar `SendLog` / `CompletionLog` instead.
     """
 
     def __init__(self, path: Path, schema: pa.Schema):
@@ -85,19 +87,112 @@ class StreamWriter:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def write_columns(self, columns: list) -> None:
+        """Write one batch made of whole columns (Arrow arrays or Python lists), at once."""
+        batch = pa.record_batch([c if isinstance(c, pa.Array) else pa.array(c, type=f.type)
+                                 for c, f in zip(columns, self.schema)], schema=self.schema)
+        self.writer.write_batch(batch)
+        self.sink.flush()
+
     def flush(self) -> None:
         if not self.rows:
             return
-        columns = list(zip(*self.rows))
-        batch = pa.record_batch([pa.array(v, type=f.type) for v, f in zip(columns, self.schema)], schema=self.schema)
-        self.writer.write_batch(batch)
-        self.sink.flush()
+        self.write_columns(list(zip(*self.rows)))
         self.rows = []
 
     def close(self) -> None:
         self.flush()
         self.writer.close()
         self.sink.close()
+
+
+def take_column(values: list, typecode: str = "q") -> pa.Array:
+    """An Arrow int64 (`q`) or int32 (`i`) array of a list of ints, emptying the list in place (the
+    hot path holds its bound `append`).
+
+    A list append and one `array` conversion per flush cost about 30 ns a value; `array.append`
+    parses its argument (about 50 ns) and `pa.array(list)` converts each int (about 90 ns)."""
+    packed = array(typecode, values)
+    del values[:]
+    return pa.Array.from_buffers(pa.int64() if typecode == "q" else pa.int32(), len(packed),
+                                 [None, pa.py_buffer(packed)])
+
+
+def constant_column(value: int, n: int, typecode: str = "i") -> pa.Array:
+    return take_column([value] * n, typecode)
+
+
+class SendLog:
+    """A producer's sends stream, kept as columns: the hot path appends to two lists.
+
+    Per-message cost matters here (it is what the recorder takes from the client's throughput).
+    The producer sends seq 0, 1, 2, ... and records every send, so a batch's value ids and seqs
+    follow from its first seq; the producer and pid are constants; keys and transaction ids are
+    kept only when the run has them.
+    """
+
+    def __init__(self, path: Path, producer: int, pid: int, keyed: bool, transactional: bool):
+        self.stream = StreamWriter(path, SEND_STREAM)
+        self.producer, self.pid, self.first_id = producer, pid, make_value_id(producer, 0)
+        self.next_seq = 0
+        self.intended: list[int] = []
+        self.sent: list[int] = []
+        self.keys: list | None = [] if keyed else None
+        self.txn_ids: list | None = [] if transactional else None
+
+    def flush(self) -> None:
+        n = len(self.sent)
+        if not n:
+            return
+        seqs = range(self.next_seq, self.next_seq + n)
+        self.next_seq += n
+        self.stream.write_columns([
+            take_column([self.first_id + q for q in seqs]), constant_column(self.producer, n),
+            constant_column(self.pid, n), take_column(list(seqs)),
+            self.keys[:] if self.keys is not None else pa.nulls(n, pa.string()), take_column(self.intended),
+            take_column(self.sent), self.txn_ids[:] if self.txn_ids is not None else pa.nulls(n, pa.int64())])
+        for column in (self.keys, self.txn_ids):
+            if column is not None:
+                del column[:]
+
+    def close(self) -> None:
+        self.flush()
+        self.stream.close()
+
+
+class CompletionLog:
+    """A producer's completions stream: acks as four int lists (the once-per-message case), errors
+    as rows; each flush writes a batch of each."""
+
+    def __init__(self, path: Path, offsets_from_broker: bool):
+        self.stream = StreamWriter(path, COMPLETION_STREAM)
+        self.offsets_from_broker = offsets_from_broker
+        self.errors: list[tuple] = []
+        self.value_ids: list[int] = []
+        self.completed: list[int] = []
+        self.partitions: list[int] = []
+        self.offsets: list[int] = []
+
+    @property
+    def acked(self) -> int:
+        """Acks not yet flushed."""
+        return len(self.value_ids)
+
+    def flush(self) -> None:
+        n = len(self.value_ids)
+        if n:
+            offsets = take_column(self.offsets)
+            self.stream.write_columns([
+                take_column(self.value_ids), take_column(self.completed), take_column(self.partitions, "i"),
+                offsets if self.offsets_from_broker else pa.nulls(n, pa.int64()),
+                pa.nulls(n, pa.int32()), pa.nulls(n, pa.string()), pa.nulls(n, pa.string())])
+        if self.errors:
+            self.stream.write_columns(list(zip(*self.errors)))
+            del self.errors[:]
+
+    def close(self) -> None:
+        self.flush()
+        self.stream.close()
 
 
 def read_stream(path: Path, schema: pa.Schema) -> pa.Table:
@@ -198,20 +293,21 @@ class Notifier:
 
 
 class PayloadMaker:
-    """`ledger.encode_payload` for one run and value size, without its per-call formatting (the
-    prefix and the padding for each length of the id are made once)."""
+    """`ledger.encode_payload` for one run and value size, without its per-call formatting: a
+    payload is `template % (value_id, pad)`, and the pad changes only when the id gains a digit."""
 
     def __init__(self, run_id: str, size: int):
         self.prefix = f"{PAYLOAD_PREFIX}|{run_id}|".encode()
+        self.template = self.prefix.replace(b"%", b"%%") + b"%d|%s"
         self.size = size
-        self._pads: dict[int, bytes] = {}
+
+    def pad_for(self, value_id: int) -> tuple[bytes, int]:
+        """The padding for ids with as many digits as `value_id`, and the first id that needs another."""
+        digits = len(str(value_id))
+        return b"x" * max(0, self.size - len(self.prefix) - digits - 1), 10 ** digits
 
     def make(self, value_id: int) -> bytes:
-        head = b"%s%d|" % (self.prefix, value_id)
-        pad = self._pads.get(len(head))
-        if pad is None:
-            pad = self._pads[len(head)] = b"x" * max(0, self.size - len(head))
-        return head + pad
+        return self.template % (value_id, self.pad_for(value_id)[0])
 
 
 def run_producer(spec: dict) -> int:
@@ -232,8 +328,9 @@ def run_producer(spec: dict) -> int:
     messages = spec.get("messages")
     duration_ns = int(spec["duration_s"] * 1e9) if spec.get("duration_s") else None
     txn = spec.get("transactions")
-    sends = StreamWriter(out / f"producer-{index}.sends.arrow", SEND_STREAM)
-    completions = StreamWriter(out / f"producer-{index}.completions.arrow", COMPLETION_STREAM)
+    keyed = keys.distribution != "none"
+    sends = SendLog(out / f"producer-{index}.sends.arrow", index, pid, keyed, bool(txn))
+    completions = CompletionLog(out / f"producer-{index}.completions.arrow", offsets_from_broker)
     txns = StreamWriter(out / f"producer-{index}.txns.arrow", TXN_STREAM)
     counts = {"sent": 0, "ok": 0, "fail": 0, "indefinite": 0, "errors": {}}
     progress = out / f"producer-{index}.progress.json"
@@ -241,22 +338,32 @@ def run_producer(spec: dict) -> int:
     payload = PayloadMaker(run_id, value_size)
     id_at = len(payload.prefix)
 
+    acked_id, acked_ns = completions.value_ids.append, completions.completed.append
+    acked_partition, acked_offset = completions.partitions.append, completions.offsets.append
+
     def on_delivery(err, msg) -> None:
-        value = msg.value()
-        try:  # our own payload: its id sits right after the known prefix
-            vid = int(value[id_at:value.index(b"|", id_at)])
-        except (TypeError, ValueError):
-            vid = decode_value_id(value)
-        if err is None:  # the common case, once per message: keep it short
-            counts["ok"] += 1
-            completions.append(vid, monotonic_ns(), msg.partition(), msg.offset() if offsets_from_broker else None,
-                               None, None, None)
+        if err is None:  # the common case, once per message: kept to appends (counted at each flush)
+            value = msg.value()  # our own payload: its id sits right after the known prefix
+            acked_id(int(value[id_at:value.index(b"|", id_at)]))
+            acked_ns(monotonic_ns())
+            acked_partition(msg.partition())
+            acked_offset(msg.offset() or 0)
             return
+        try:
+            vid = int(msg.value()[id_at:msg.value().index(b"|", id_at)])
+        except (TypeError, ValueError):
+            vid = decode_value_id(msg.value())
         name = err.name()
         part = msg.partition() if msg.partition() is not None else -1
         counts[classify_delivery(name, part)] += 1
         counts["errors"][name] = counts["errors"].get(name, 0) + 1
-        completions.append(vid, monotonic_ns(), part, None, err.code(), name, err.str())
+        completions.errors.append((vid, monotonic_ns(), part, None, err.code(), name, err.str()))
+
+    def flush_streams() -> None:
+        counts["ok"] += completions.acked
+        sends.flush()
+        completions.flush()
+        txns.flush()
 
     conf = {"bootstrap.servers": spec["bootstrap"], "log_level": 3, **spec.get("config", {})}
     if txn:
@@ -290,48 +397,61 @@ def run_producer(spec: dict) -> int:
         txns.append(index, txn_id, outcome)
         txn_id = None
 
+    # What exists now lives for the whole run: keep the collector from walking it again and again
+    # (the send loop allocates a few objects per message, so collections are frequent).
+    gc.freeze()
     t0 = monotonic_ns()
     last_flush = t0
     seq = 0
+    limit = messages if messages is not None else float("inf")
     interval_ns = int(1e9 / rate) if rate else 0
-    while not _stop:
-        if messages is not None and seq >= messages:
-            break
+    first_id = make_value_id(index, 0)
+    produce, poll = producer.produce, producer.poll
+    template, pad, pad_until = payload.template, b"", -1
+    add_intended, add_sent = sends.intended.append, sends.sent.append
+    while not _stop and seq < limit:
         now = monotonic_ns()
         if duration_ns is not None and now - t0 >= duration_ns:
             break
         if rate:
             intended = t0 + seq * interval_ns
             if intended > now:
-                producer.poll(min((intended - now) / 1e9, 0.05))
+                poll(min((intended - now) / 1e9, 0.05))
                 continue
         else:
             intended = now
         if txn and txn_id is None:
             producer.begin_transaction()
             txn_id = seq // txn["batch"]
-        vid = make_value_id(index, seq)
-        key = keys.choose(seq, rng)
-        value = payload.make(vid)
+        vid = first_id + seq
+        if vid >= pad_until:
+            pad, pad_until = payload.pad_for(vid)
+        key = keys.choose(seq, rng) if keyed else None
+        send_ns = now
         while True:
-            send_ns = monotonic_ns()
             try:
-                producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                produce(topic, template % (vid, pad), key, on_delivery=on_delivery)
                 break
             except BufferError:
-                producer.poll(0.01)  # local queue full: back-pressure shows up as publish delay
-        sends.append(vid, index, pid, seq, key, intended, send_ns, txn_id)
-        counts["sent"] += 1
+                poll(0.01)  # local queue full: back-pressure shows up as publish delay
+                send_ns = monotonic_ns()
+        add_intended(intended)
+        add_sent(send_ns)
+        if keyed:
+            sends.keys.append(key)
+        if txn:
+            sends.txn_ids.append(txn_id)
         seq += 1
-        producer.poll(0)
+        if not seq & 15:  # delivery reports are served in bulk: a poll call per send costs more than it serves
+            poll(0)
         if txn and seq % txn["batch"] == 0:
             end_transaction(rng.random() < txn.get("abort_probability", 0.0))
         if send_ns - last_flush > 200_000_000:
-            sends.flush()
-            completions.flush()
-            txns.flush()
+            counts["sent"] = seq
+            flush_streams()
             write_progress(progress, counts)
             last_flush = send_ns
+    counts["sent"] = seq
     if txn and txn_id is not None:
         end_transaction(rng.random() < txn.get("abort_probability", 0.0))
     sends.flush()
@@ -339,8 +459,9 @@ def run_producer(spec: dict) -> int:
     deadline = time.monotonic() + (STOP_GRACE_S if _stop else spec.get("flush_timeout_s", 120))
     while len(producer) and time.monotonic() < deadline:
         producer.flush(0.5)
-        completions.flush()
+        flush_streams()
         write_progress(progress, counts)
+    flush_streams()
     for w in (sends, completions, txns):
         w.close()
     counts["done"] = True

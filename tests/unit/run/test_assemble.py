@@ -7,7 +7,8 @@ import pytest
 
 from kafkaproof.spec import ledger
 from kafkaproof.run.assemble import assemble_sends, fault_rows
-from kafkaproof.run.workload import COMPLETION_STREAM, SEND_STREAM, TXN_STREAM, StreamWriter, read_stream
+from kafkaproof.run.workload import (COMPLETION_STREAM, SEND_STREAM, TXN_STREAM, CompletionLog, PayloadMaker, SendLog,
+                                     StreamWriter, read_stream)
 
 pytestmark = pytest.mark.unit
 
@@ -26,6 +27,48 @@ def test_stream_cut_short_by_a_crash_keeps_complete_batches(tmp_path):
     table = read_stream(path, TXN_STREAM)
     assert table.column("txn_id").to_pylist() == [0, 1, 2]
     assert read_stream(tmp_path / "missing.arrow", TXN_STREAM).num_rows == 0
+
+
+@pytest.mark.parametrize("keyed,transactional", [(False, False), (True, True)])
+def test_the_producers_columnar_logs_write_the_rows_the_tuple_writer_would(tmp_path, keyed, transactional):
+    sends = SendLog(tmp_path / "s.arrow", 2, 4242, keyed, transactional)
+    for seq in range(5):
+        sends.intended.append(100 + seq)
+        sends.sent.append(200 + seq)
+        if keyed:
+            sends.keys.append(f"k{seq}")
+        if transactional:
+            sends.txn_ids.append(seq // 2)
+        if seq == 2:
+            sends.flush()  # batches continue the seqs
+    sends.close()
+    rows = read_stream(tmp_path / "s.arrow", SEND_STREAM).to_pylist()
+    assert rows == [{"value_id": ledger.make_value_id(2, s), "producer": 2, "producer_pid": 4242, "seq": s,
+                     "key": f"k{s}" if keyed else None, "intended_ns": 100 + s, "send_ns": 200 + s,
+                     "txn_id": s // 2 if transactional else None} for s in range(5)]
+
+    done = CompletionLog(tmp_path / "c.arrow", offsets_from_broker=not keyed)
+    append = done.value_ids.append  # the hot path holds bound appends across flushes
+    for i in range(3):
+        append(ledger.make_value_id(2, i))
+        done.completed.append(300 + i)
+        done.partitions.append(i % 2)
+        done.offsets.append(10 + i)
+        done.flush()
+    done.errors.append((ledger.make_value_id(2, 3), 400, -1, None, 7, "_MSG_TIMED_OUT", "timed out"))
+    assert done.acked == 0
+    done.close()
+    rows = read_stream(tmp_path / "c.arrow", COMPLETION_STREAM).to_pylist()
+    assert rows[:3] == [{"value_id": ledger.make_value_id(2, i), "complete_ns": 300 + i, "partition": i % 2,
+                         "offset": None if keyed else 10 + i, "error_code": None, "error_name": None,
+                         "error_message": None} for i in range(3)]
+    assert rows[3]["error_name"] == "_MSG_TIMED_OUT" and rows[3]["partition"] == -1
+
+
+@pytest.mark.parametrize("value_id", [0, 9, 10, 4_294_967_296, 12_345_678_901_234])
+def test_payloads_are_the_ledgers_encoding(value_id):
+    assert PayloadMaker("r-1", 100).make(value_id) == ledger.encode_payload("r-1", value_id, 100)
+    assert ledger.decode_value_id(PayloadMaker("r-1", 20).make(value_id)) == value_id
 
 
 def _write(path, schema, rows):

@@ -180,6 +180,50 @@ def test_an_error_answered_without_forwarding_is_retried_without_a_duplicate(clu
     assert [o for o, v in log_of(cluster, topic, 0).items() if v == value] == [reports[0]["offset"]]
 
 
+def test_errors_on_the_group_protocol_make_a_rebalance_storm_and_fail_commits(cluster):
+    """Heartbeat answered REBALANCE_IN_PROGRESS sends the member back to JoinGroup again and again;
+    OffsetCommit answered with an error fails the commit with that error; healed, both work again."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    topic = new_topic(cluster, partitions=2)
+    produce(cluster.direct_bootstrap(), topic, [(p, b"v") for p in (0, 1) for _ in range(10)])
+    assigned: list[float] = []
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers(), "group.id": f"px-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "heartbeat.interval.ms": 200,
+                  "session.timeout.ms": 6000, "log_level": 2})
+    with FaultInjector(cluster, topic=topic) as injector:
+        try:
+            c.subscribe([topic], on_assign=lambda _c, parts: assigned.append(time.monotonic()))
+            read = 0
+            deadline = time.monotonic() + 30
+            while read < 20 and time.monotonic() < deadline:
+                read += sum(1 for m in c.consume(50, timeout=0.5) if m.error() is None)
+            assert read == 20 and len(assigned) == 1
+            storm = injector.inject(FaultSpec("error", "all", {"api": "heartbeat", "error": "REBALANCE_IN_PROGRESS"}))
+            end = time.monotonic() + 4
+            while time.monotonic() < end:
+                c.poll(0.2)
+            injector.heal(storm.fault_id)
+            assert len(assigned) >= 3, f"{len(assigned) - 1} rebalances in 4 s of REBALANCE_IN_PROGRESS heartbeats"
+            heartbeats = fault_events(cluster, storm.fault_id)
+            assert heartbeats and {e["api"] for e in heartbeats} == {"heartbeat"}
+            assert {e["phase"] for e in heartbeats} == {"answered_without_forwarding"}
+
+            refused = injector.inject(FaultSpec("error", "all", {"api": "offset_commit",
+                                                                 "error": "GROUP_AUTHORIZATION_FAILED"}))
+            offsets = [TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)]
+            try:  # a per-partition error comes back on the partitions; a request-wide one is raised
+                errors = {tp.error.name() for tp in c.commit(offsets=offsets, asynchronous=False) if tp.error}
+            except KafkaException as e:
+                errors = {e.args[0].name()}
+            assert errors == {"GROUP_AUTHORIZATION_FAILED"}, json.dumps(fault_events(cluster, refused.fault_id))
+            injector.heal(refused.fault_id)
+            assert [e["phase"] for e in fault_events(cluster, refused.fault_id)] == ["answered_without_forwarding"]
+            c.commit(offsets=offsets, asynchronous=False)  # healed: the commit goes through
+            assert [tp.offset for tp in c.committed(offsets, timeout=10)] == [5, 7]
+        finally:
+            c.close()
+
+
 def test_an_error_after_forwarding_duplicates_without_idempotence(cluster):
     topic = new_topic(cluster)
     injector, fault = inject(cluster, topic, "error", error=20, forward=True, count=1)

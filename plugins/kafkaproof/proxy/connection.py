@@ -58,13 +58,14 @@ class _Request:
     _parsed: bool = False
 
     def targets(self, topic_names: Mapping[uuid.UUID, str]) -> tuple[kp.TopicPartitions, ...] | None:
-        """Topic/partitions of a Produce or Fetch request (decoded once, on demand); None if undecodable."""
+        """Topic/partitions of a Produce, Fetch, (Txn)OffsetCommit or AddPartitionsToTxn request (decoded
+        once, on demand); None if undecodable."""
         if not self._parsed:
             self._parsed = True
             try:
                 if self.header.api_key == kp.PRODUCE:
                     self._targets = kp.produce_targets(self.frame, self.header, topic_names)
-                elif self.header.api_key == kp.FETCH:
+                elif self.header.api_key == kp.FETCH or self.header.api_key in kp.PARTITION_ANSWERS:
                     self._targets = kp.request_targets(kp.decode_request(self.frame, self.header), topic_names)
                 else:
                     self._targets = ()
@@ -418,8 +419,9 @@ class _Connection:
         try:
             if targets is None:
                 raise UnsupportedVersion(ctx._targets_error or "request body not decodable")
+            request = (kp.decode_request(ctx.frame, header) if header.api_key == kp.FIND_COORDINATOR else None)
             reply = kp.encode_error_response(header.api_key, header.api_version, targets,
-                                             rule.error or 0, header.correlation_id)
+                                             rule.error or 0, header.correlation_id, request)
         except (UnsupportedVersion, KafkaProtocolError, ValueError) as exc:
             self.event("fault", ctx, state, phase="not_applied", detail={"error": str(exc)})
             log.warning("rule %s could not inject an error into %s v%d: %s",
@@ -510,7 +512,7 @@ class _Connection:
             header = ctx.header
             base.update(api_key=header.api_key, api=kp.api_name(header.api_key), api_version=header.api_version,
                         correlation_id=header.correlation_id, client_id=header.client_id)
-            if header.api_key in (kp.PRODUCE, kp.FETCH):
+            if header.api_key in (kp.PRODUCE, kp.FETCH) or header.api_key in kp.PARTITION_ANSWERS:
                 targets = ctx.targets(self.proxy.topic_names)
                 if targets is not None:
                     base["topics"] = [t.as_json() for t in targets]

@@ -20,6 +20,7 @@ import functools
 import io
 import struct
 import sys
+import typing
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -47,9 +48,32 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024
 PRODUCE = 0
 FETCH = 1
 METADATA = 3
+OFFSET_COMMIT = 8
 FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
 API_VERSIONS = 18
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
 DESCRIBE_CLUSTER = 60
+
+#: Per-partition answers the proxy can build from the request's topics (api -> response's topics
+#: field, its partitions field, the partition's error field); AddPartitionsToTxn only up to v3
+#: (v4+, broker to broker, has a top-level error).
+PARTITION_ANSWERS: Mapping[int, tuple[str, str, str]] = {
+    OFFSET_COMMIT: ("topics", "partitions", "error_code"),
+    TXN_OFFSET_COMMIT: ("topics", "partitions", "error_code"),
+    ADD_PARTITIONS_TO_TXN: ("results_by_topic_v3_and_below", "results_by_partition", "partition_error_code"),
+}
+#: APIs an `error` rule can answer: Produce and Fetch, the per-partition ones above, and those whose
+#: answer has one top-level error (the group protocol, coordinator lookup, the transaction calls).
+ERROR_APIS = frozenset({PRODUCE, FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
+                        INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, *PARTITION_ANSWERS})
 
 #: APIs whose responses carry broker host/port pairs the proxy may rewrite.
 ADDRESS_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
@@ -448,7 +472,8 @@ def _topic_label(entry: Any, topic_names: Mapping[uuid.UUID, str]) -> tuple[str,
 
 
 def request_targets(payload: Any, topic_names: Mapping[uuid.UUID, str]) -> tuple[TopicPartitions, ...]:
-    """Topic/partitions named by a decoded Produce or Fetch request (empty for other APIs).
+    """Topic/partitions named by a decoded Produce, Fetch, (Txn)OffsetCommit or AddPartitionsToTxn
+    request (empty for other APIs).
 
     Requests that name topics by id (Produce v13+, Fetch v13+) are resolved
     through ``topic_names`` (learned from Metadata responses); unknown ids keep the
@@ -459,6 +484,10 @@ def request_targets(payload: Any, topic_names: Mapping[uuid.UUID, str]) -> tuple
         pairs = ((t, tuple(int(p.index) for p in t.partition_data)) for t in payload.topic_data)
     elif api_key == FETCH:
         pairs = ((t, tuple(int(p.partition) for p in t.partitions)) for t in payload.topics)
+    elif api_key in (OFFSET_COMMIT, TXN_OFFSET_COMMIT):
+        pairs = ((t, tuple(int(p.partition_index) for p in t.partitions)) for t in payload.topics)
+    elif api_key == ADD_PARTITIONS_TO_TXN:
+        pairs = ((t, tuple(int(p) for p in t.partitions)) for t in getattr(payload, "v3_and_below_topics", ()))
     else:
         return ()
     out = []
@@ -520,14 +549,20 @@ INJECTED_MESSAGE = "injected by kafkaproof fault proxy"
 
 
 def build_error_response(api_key: int, version: int, targets: Iterable[TopicPartitions],
-                         error: int | ErrorCode) -> Any:
-    """A Produce or Fetch response of ``version`` with ``error`` on every partition of ``targets``.
+                         error: int | ErrorCode, request: Any = None) -> Any:
+    """A response of ``version`` that answers a request with ``error`` (any API of :data:`ERROR_APIS`).
 
-    ``targets`` are the topic/partitions of the request being answered (see
-    :func:`produce_targets`, :func:`request_targets`). Offsets and watermarks are
-    -1; fetches carry empty record sets.
+    Produce, Fetch, (Txn)OffsetCommit and AddPartitionsToTxn (v0-3) carry the error on every
+    partition of ``targets``, the topic/partitions of the request being answered (see
+    :func:`produce_targets`, :func:`request_targets`); offsets and watermarks are -1 and fetches
+    carry empty record sets. FindCoordinator v4+ answers each key of ``request`` (the decoded
+    request) with the error. Every other API of the set has one top-level error code; the rest of
+    such an answer is empty (ids, epochs, ports -1; strings, arrays and bytes empty).
     """
     code = error if isinstance(error, ErrorCode) else error_code_of(error)
+    if api_key not in ERROR_APIS:
+        raise UnsupportedVersion(f"error injection supports {', '.join(sorted(api_name(k) for k in ERROR_APIS))}; "
+                                 f"not {api_name(api_key)}")
     response_cls = response_type(api_key, version)
     mod = sys.modules[response_cls.__module__]
     if api_key == PRODUCE:
@@ -553,13 +588,79 @@ def build_error_response(api_key: int, version: int, targets: Iterable[TopicPart
         # then sends a full fetch, which is the safe outcome.
         return make_entity(response_cls, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none,
                      session_id=i32(0), responses=topics)
-    raise UnsupportedVersion(f"error injection supports Produce and Fetch, not {api_name(api_key)}")
+    response_fields = {f.name: f for f in dataclasses.fields(response_cls)}
+    shape = PARTITION_ANSWERS.get(api_key)
+    if shape and shape[0] in response_fields:
+        topics_field, partitions_field, error_field = shape
+        topic_cls, part_cls = _element_type(response_fields[topics_field]), None
+        topics = []
+        for t in targets:
+            part_cls = part_cls or _element_type({f.name: f for f in dataclasses.fields(topic_cls)}[partitions_field])
+            parts = tuple(_empty_entity(part_cls, code, partition_index=i32(p), **{error_field: code})
+                          for p in t.partitions)
+            topics.append(_empty_entity(topic_cls, code, **_topic_fields(t, topic_cls), **{partitions_field: parts}))
+        return _empty_entity(response_cls, code, **{topics_field: tuple(topics)})
+    if "coordinators" in response_fields:  # FindCoordinator v4+: an answer per key asked for
+        keys = tuple(getattr(request, "coordinator_keys", ()) or ())
+        coordinator_cls = _element_type(response_fields["coordinators"])
+        return _empty_entity(response_cls, code, coordinators=tuple(
+            _empty_entity(coordinator_cls, code, key=k) for k in keys))
+    if "error_code" not in response_fields:
+        raise UnsupportedVersion(f"{api_name(api_key)} v{version} has no error the proxy knows how to set")
+    return _empty_entity(response_cls, code)
+
+
+# Fields an empty answer sets to -1 rather than 0 (an id, epoch or port of nothing).
+_MINUS_ONE_FIELDS = frozenset({"node_id", "port", "producer_id", "producer_epoch", "generation_id"})
+
+
+def _element_type(f: dataclasses.Field) -> type:
+    """The entity type of an array field (``tuple[X, ...]``)."""
+    return typing.get_args(f.type)[0]
+
+
+def _empty_value(f: dataclasses.Field, code: ErrorCode) -> Any:
+    kafka_type = f.metadata.get("kafka_type")
+    if typing.get_origin(f.type) is tuple or kafka_type is None:
+        return ()
+    if kafka_type == "error_code":
+        return code
+    if f.name == "error_message":
+        return INJECTED_MESSAGE
+    if type(None) in typing.get_args(f.type):
+        return None
+    if kafka_type == "string":
+        return ""
+    if kafka_type in ("bytes", "records"):
+        return b""
+    if kafka_type == "bool":
+        return False
+    if kafka_type == "uuid":
+        return uuid.UUID(int=0)
+    if kafka_type.startswith("timedelta"):
+        return f.type.parse(datetime.timedelta(0))
+    if kafka_type.startswith(("int", "uint", "float")):
+        return f.type(-1 if f.name in _MINUS_ONE_FIELDS else 0)
+    raise UnsupportedVersion(f"cannot make an empty {kafka_type} for field {f.name}")
+
+
+def _empty_entity(cls: type, code: ErrorCode, **values: Any) -> Any:
+    """An instance of ``cls`` carrying ``code`` in its error fields, ``values`` where given, every
+    other field without a default empty (see :func:`_empty_value`)."""
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            continue
+        if f.metadata.get("kafka_type") == "error_code" or f.name == "error_message":
+            values[f.name] = _empty_value(f, code)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = _empty_value(f, code)
+    return make_entity(cls, **values)
 
 
 def encode_error_response(api_key: int, version: int, targets: Iterable[TopicPartitions],
-                          error: int | ErrorCode, correlation_id: int) -> bytes:
+                          error: int | ErrorCode, correlation_id: int, request: Any = None) -> bytes:
     """Length-prefixed frame of :func:`build_error_response`."""
-    return encode_response(build_error_response(api_key, version, targets, error), correlation_id)
+    return encode_response(build_error_response(api_key, version, targets, error, request), correlation_id)
 
 
 #: ``mapper(node_id, host, port)`` returns the (host, port) to advertise instead, or None to keep.

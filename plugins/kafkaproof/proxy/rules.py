@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import RuleError
-from .protocol import FETCH, PRODUCE, TopicPartitions, api_key_of, api_name, error_code_of
+from .protocol import ERROR_APIS, FETCH, PRODUCE, TopicPartitions, api_key_of, api_name, error_code_of
 
 LOST_ACK = "lost_ack"
 ERROR = "error"
@@ -213,8 +213,9 @@ def _action_fields(action: str, spec: Mapping[str, Any], apis: frozenset[int] | 
     if action == LOST_ACK:
         return {"reset": _bool(spec, "reset", False)}
     if action == ERROR:
-        if apis is None or not apis <= {PRODUCE, FETCH}:
-            raise RuleError("an error rule needs 'api' limited to produce and/or fetch")
+        if apis is None or not apis <= ERROR_APIS:
+            raise RuleError("an error rule needs 'api' limited to APIs whose answers it can build: "
+                            + ", ".join(sorted(api_name(k) for k in ERROR_APIS)))
         if "error" not in spec:
             raise RuleError("an error rule needs 'error' (a Kafka error code or name)")
         try:

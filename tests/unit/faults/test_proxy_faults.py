@@ -61,7 +61,7 @@ def test_proxy_kinds_are_fault_kinds_and_map_to_valid_rules():
     (FaultSpec("lost_ack", "all", {"ack": True}), "fault.params.ack: not a parameter of lost_ack; allowed: api, topic"),
     (FaultSpec("error", "all"), "fault.params.error: required for error"),
     (FaultSpec("error", "all", {"error": "BANANA"}), "fault.params.error: .*unknown Kafka error name 'BANANA'"),
-    (FaultSpec("error", "all", {"error": 1, "api": "metadata"}), "fault.params.api: .*limited to produce"),
+    (FaultSpec("error", "all", {"error": 1, "api": "metadata"}), "fault.params.api: .*limited to APIs whose answers it can build: .*heartbeat"),
     (FaultSpec("latency", "all", {"min_ms": 5}), "fault.params.max_ms: .*required"),
     (FaultSpec("latency", "all", {"ms": 5, "direction": "sideways"}), "fault.params.direction: .*request, response, both"),
     (FaultSpec("proxy_bandwidth", "all"), "fault.params.bytes_per_s: required"),

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -117,6 +118,14 @@ def fetch_request(version: int, targets: dict[str, list[int]], topic_ids: dict[s
     return kp.make_entity(cls, replica_id=i32(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=500)),
                           min_bytes=i32(1), max_bytes=i32(1 << 24), topics=tuple(topics), forgotten_topics_data=(),
                           rack_id="", session_id=i32(0), session_epoch=i32(-1))
+
+
+def _has_response_schema(api_key: int, version: int) -> bool:
+    try:
+        kp.response_type(api_key, version)
+        return True
+    except kp.UnsupportedVersion:
+        return False
 
 
 def partition_errors(response: Any) -> list[tuple[str, int, int]]:
@@ -258,8 +267,43 @@ def test_fetch_error_response_every_version(version: int) -> None:
 
 
 def test_error_injection_refuses_other_apis() -> None:
-    with pytest.raises(kp.UnsupportedVersion):
+    with pytest.raises(kp.UnsupportedVersion, match="error injection supports .*heartbeat.*; not metadata"):
         kp.build_error_response(kp.METADATA, 9, [], 6)
+
+
+def _errors_in(entity: Any) -> list[int]:
+    """Every error code anywhere in a decoded response."""
+    out = []
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.metadata.get("kafka_type") == "error_code":
+            out.append(int(value))
+        elif isinstance(value, tuple):
+            out += [code for item in value if dataclasses.is_dataclass(item) for code in _errors_in(item)]
+    return out
+
+
+_GROUP_AND_TXN_APIS = sorted(kp.ERROR_APIS - {kp.PRODUCE, kp.FETCH})
+
+
+@pytest.mark.parametrize("api_key,version", [(k, v) for k in _GROUP_AND_TXN_APIS
+                                             for v in range(kp.max_supported_version(k) + 1)
+                                             if _has_response_schema(k, v)])
+def test_error_response_of_every_group_coordinator_and_transaction_api(api_key: int, version: int) -> None:
+    """Each answer encodes and decodes at every version kio has, and carries the error where the client
+    reads it: on each partition the request named, on each coordinator key, or at the top."""
+    targets = [kp.TopicPartitions("t", (0, 2), uuid.UUID(int=7))]
+    request = SimpleNamespace(coordinator_keys=("group-a", "group-b"))
+    data = kp.encode_error_response(api_key, version, targets, ErrorCode.rebalance_in_progress, 9, request)
+    response = kp.decode_response(data[4:], api_key, version)
+    assert kp.response_correlation_id(data[4:]) == 9
+    errors = _errors_in(response)
+    if api_key in (kp.OFFSET_COMMIT, kp.TXN_OFFSET_COMMIT) or (api_key == kp.ADD_PARTITIONS_TO_TXN and version <= 3):
+        assert errors == [27, 27]  # a partition each
+    elif api_key == kp.FIND_COORDINATOR and version >= 4:
+        assert errors == [27, 27] and [c.key for c in response.coordinators] == ["group-a", "group-b"]
+    else:
+        assert errors[0] == 27 and set(errors) == {27}
 
 
 def test_api_key_and_error_code_names() -> None:
@@ -366,7 +410,7 @@ def test_parse_rule_normalises_and_round_trips() -> None:
 @pytest.mark.parametrize("spec,fragment", [
     ({"action": "explode"}, "'action'"),
     ({"action": "error", "api": "produce"}, "needs 'error'"),
-    ({"action": "error", "api": "metadata", "error": 6}, "produce and/or fetch"),
+    ({"action": "error", "api": "metadata", "error": 6}, "limited to APIs whose answers it can build"),
     ({"action": "error", "api": "produce", "error": "NO_SUCH_ERROR"}, "'error'"),
     ({"action": "latency"}, "'ms'"),
     ({"action": "latency", "ms": 5, "direction": "sideways"}, "'direction'"),

@@ -10,6 +10,7 @@ command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v chromium >/dev/null || need+=(chromium)
 command -v curl >/dev/null || need+=(curl)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)  # the PostgreSQL tests' server
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || need+=(faketime)  # clock faults (libfaketime)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "[setup] missing Debian packages: ${need[*]}; install them as root (apt-get install ${need[*]})" >&2

@@ -1106,6 +1106,36 @@ NODE_STATE_AFTER = {"kill": "dead", "stop": "dead", "pause": "paused"}
 NFT_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss")
 PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
 ROLLING_FAULT_KINDS = ("rolling_upgrade", "rolling_restart")
+CLOCK_FAULT_KINDS = ("clock_skew",)
+
+
+def clock_effect(params: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a clock fault took effect when every node it targets holds the offset and runs with libfaketime
+    loaded (so the offset reaches its JVM)."""
+    clocks = effect.get("clocks") or {}
+    if not clocks:
+        return False, "no node clock was recorded"
+    want = float(params.get("offset_s", 0))
+    held = {n: bool(c.get("faketime_loaded")) and abs(float(c.get("offset_s", 0)) - want) < 0.001
+            for n, c in clocks.items()}
+    return all(held.values()), ", ".join(
+        f"node {n} clock {float(c.get('offset_s', 0)):+g} s" + ("" if c.get("faketime_loaded") else " (libfaketime not loaded)")
+        for n, c in sorted(clocks.items()))
+
+
+def timestamp_regressions(audit: DataFrame, limit: int = 5) -> dict[str, Any]:
+    """Records of the committed log whose timestamp is earlier than the record before them in their
+    partition: a leader's clock that moved (LogAppendTime), or producers stamping from different clocks
+    (CreateTime). Kafka allows it; time-based retention and timestamp lookups see it. Computed for runs
+    with clock faults only (a sort of the whole log)."""
+    log = audit.filter(F.col("isolation") == "read_committed").select("partition", "offset", "timestamp_ms")
+    back = (log.withColumn("previous_ms", F.lag("timestamp_ms").over(Window.partitionBy("partition").orderBy("offset")))
+            .filter(F.col("timestamp_ms") < F.col("previous_ms"))
+            .withColumn("back_ms", F.col("previous_ms") - F.col("timestamp_ms"))).cache()
+    total = back.agg(F.count("*").alias("n"), F.max("back_ms").alias("max_back_ms")).first()
+    examples = [r.asDict() for r in back.orderBy(F.desc("back_ms"), "partition", "offset").limit(limit).collect()]
+    back.unpersist()
+    return {"regressions": int(total["n"]), "max_back_ms": total["max_back_ms"], "examples": examples}
 
 
 def rolling_effect(kind: str, params: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
@@ -1162,6 +1192,8 @@ def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
         return bool(n), ("the proxy rule's count was not recorded" if n is None else f"the proxy rule fired {n} times")
     if kind in ROLLING_FAULT_KINDS:
         return rolling_effect(kind, json.loads(fault.get("params") or "{}"), effect)
+    if kind in CLOCK_FAULT_KINDS:
+        return clock_effect(json.loads(fault.get("params") or "{}"), effect)
     if kind == "roll_node":
         step = effect.get("step")
         if not step:
@@ -1402,6 +1434,8 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
         "attribution": attribution,
         "exercised": exercised,
         "clients": ctx.manifest.get("clients"),
+        "timestamps": (timestamp_regressions(audit) if any(f["kind"] in CLOCK_FAULT_KINDS for f in faults)
+                       else None),
         "claims": {} if ctx.delivery_within_s is None else {"delivery": {
             "within_s": ctx.delivery_within_s, "undelivered": counts["undelivered_attempts"],
             "last_heal_s": None if last_heal_ns is None else (last_heal_ns - t0) / NS_PER_S,

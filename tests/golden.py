@@ -63,12 +63,12 @@ class Golden:
         })
         return vid
 
-    def log(self, partition: int, offset: int, value_id: int, *, committed: bool = True) -> None:
+    def log(self, partition: int, offset: int, value_id: int, *, committed: bool = True, timestamp_ms: int = 0) -> None:
         """Put a record in the final log (read_uncommitted, and read_committed unless aborted)."""
         isolations = ["read_uncommitted"] + (["read_committed"] if committed else [])
         for iso in isolations:
             self.rows["audit"].append({"isolation": iso, "partition": partition, "offset": offset, "key": None,
-                                       "value_id": value_id, "timestamp_ms": 0})
+                                       "value_id": value_id, "timestamp_ms": timestamp_ms})
         self._next_offset[partition] = max(self._next_offset.get(partition, 0), offset + 1)
 
     def acked(self, producer: int, seq: int, t_ms: float, *, partition: int = 0, offset: int | None = None,
@@ -100,13 +100,13 @@ class Golden:
             "error": None})
 
     def fault(self, fault_id: str, kind: str, start_ms: float, heal_ms: float | None, target: str = "leader:0",
-              effect: dict[str, Any] | None = None) -> None:
+              effect: dict[str, Any] | None = None, params: dict[str, Any] | None = None) -> None:
         """An injected fault window; `effect` defaults to evidence that it took effect."""
         if effect is None:
             effect = {"kill": {"node_states": {"1": "dead"}}, "stop": {"node_states": {"1": "dead"}},
                       "pause": {"node_states": {"1": "paused"}}}.get(kind, {"proxy_fired": 3, "dropped_packets": 9})
         self.rows["faults"].append({
-            "fault_id": fault_id, "kind": kind, "target": target, "nodes": [0], "params": "{}",
+            "fault_id": fault_id, "kind": kind, "target": target, "nodes": [0], "params": json.dumps(params or {}),
             "start_ns": ns(start_ms), "heal_ns": None if heal_ms is None else ns(heal_ms),
             "start_wall": "2026-01-01T00:00:00Z", "heal_wall": None, "effect": json.dumps(effect)})
 
@@ -577,6 +577,22 @@ def fault_without_effect() -> Golden:
     return g
 
 
+def clock_timestamps() -> Golden:
+    """The leader's clock an hour ahead for 2 s (LogAppendTime): its records are stamped an hour late, and
+    the first record after the heal about an hour earlier than the one before it (3,599,900 ms). Record 35
+    is stamped 1 s early (900 ms before record 34). Nothing is lost: a pass, with two steps back."""
+    g = Golden("clock_timestamps")
+    g.fault("ck", "clock_skew", 1000, 3000, params={"offset_s": 3600},
+            effect={"clocks": {"1": {"offset_s": 3600.0, "faketime_loaded": True}}})
+    wall = 1_800_000_000_000
+    for seq in range(40):
+        t = seq * 100
+        skew = 3_600_000 if 1000 <= t < 3000 else 0
+        vid = g.send(0, seq, t, offset=seq)
+        g.log(0, seq, vid, timestamp_ms=wall + t + skew - (1000 if seq == 35 else 0))
+    return g
+
+
 def incomplete_manifest() -> Golden:
     """A clean history whose manifest says the run was interrupted: error, never pass."""
     g = detect_missing()
@@ -589,7 +605,7 @@ GOLDENS: dict[str, Callable[[], Golden]] = {f.__name__: f for f in (
     clean, clean_txn, lost, lost_detected, detect_missing, lost_unconfirmed, unseen, not_delivered, duplicates,
     duplicates_allowed, lost_ack_attribution, redeliveries, aborted_reads, indefinite_landed, inconsistent_offsets, ack_offset_mismatch,
     reordering, reordering_allowed, poll_skips, poll_rewinds, unknown_values, incomplete_manifest,
-    acks0_offsets, dirty_reads, undelivered_attempts, undelivered_fixed, fault_without_effect,
+    acks0_offsets, dirty_reads, undelivered_attempts, undelivered_fixed, fault_without_effect, clock_timestamps,
 )}
 
 

@@ -45,7 +45,7 @@ def cmd_cluster_up(args) -> int:
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
                         network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy,
-                        backend=args.backend, image=args.image, compose_file=args.compose_file)
+                        backend=args.backend, image=args.image, compose_file=args.compose_file, clock=args.clock)
     cluster = start_cluster(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
@@ -325,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--proxy", action="store_true",
                     help="a Kafka-aware fault proxy in front of each broker on the client path "
                          "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole)")
+    up.add_argument("--clock", action="store_true",
+                    help="local backend: start the nodes under libfaketime, so clock_skew faults can move their "
+                         "wall clocks (docs/clock.md)")
     up.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
                     help="do not start brokers: front the existing cluster at these bootstrap servers with one "
                          "fault proxy per broker (proxy faults only; `cluster down` stops the proxies)")

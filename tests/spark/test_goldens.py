@@ -133,6 +133,15 @@ def test_clean_metrics(runs):
 
 
 @pytest.mark.spark
+def test_clock_faults_count_the_log_timestamps_that_go_backwards(runs):
+    stamps = metrics_of(runs["clock_timestamps"])["timestamps"]
+    assert stamps["regressions"] == 2 and stamps["max_back_ms"] == 3_599_900
+    assert [(e["partition"], e["offset"], e["back_ms"]) for e in stamps["examples"]] == [(0, 30, 3_599_900),
+                                                                                         (0, 35, 900)]
+    assert metrics_of(runs["clean"])["timestamps"] is None  # no clock fault: not computed
+
+
+@pytest.mark.spark
 def test_output_schemas(runs):
     d = runs["clean"] / "analysis"
     values = pq.read_table(d / "values.parquet").to_pandas()

@@ -21,7 +21,7 @@ import logging
 import shutil
 import socket
 import time
-from typing import Any, Collection
+from typing import Any, Collection, Mapping
 
 from .. import logs
 from ..errors import ClusterError, FaultError
@@ -152,6 +152,9 @@ class ExternalCluster(StatefulCluster):
         raise FaultError(NOT_OWNED)
 
     def resume_node(self, node_id: int) -> None:
+        raise FaultError(NOT_OWNED)
+
+    def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
         raise FaultError(NOT_OWNED)
 
     def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:

@@ -87,6 +87,11 @@ def undo(cluster, heal: dict, restart_nodes: bool) -> dict | None:
             held["tbf_dropped"] += tc["dropped"]
             network.tc_clear(NodeLink.from_json(link))
         stats = {**(stats or {}), **held}
+    if heal.get("clock"):
+        try:
+            cluster.set_clock_offsets({nid: 0.0 for nid in heal["clock"]})
+        except (ClusterError, FaultError, OSError) as e:
+            errors.append(f"clocks of nodes {heal['clock']}: {e}")
     for nid in heal.get("resume", []):
         cluster.resume_node(nid)
     if restart_nodes:

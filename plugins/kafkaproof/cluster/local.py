@@ -21,17 +21,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Mapping
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, plan_link, new_cluster_id, node_properties, plan_nodes, render_properties
-from ..spec.faults import FAULT_KINDS, NETWORK_KINDS
-from . import network, process, procs, state
+from ..spec.faults import CLOCK_KINDS, FAULT_KINDS, NETWORK_KINDS
+from . import clock, network, process, procs, state
 from .base import START_MARKER, StatefulCluster
 from .install import KafkaDistribution, ensure_kafka
 from .process import ProcessRef
@@ -68,16 +70,22 @@ class LocalCluster(StatefulCluster):
 
     @property
     def supported_faults(self) -> frozenset[str]:
-        """Every kind; network faults only when the nodes run in network namespaces (root)."""
-        return self.supported_for("netns" if self.state()["network"] == "netns" else "loopback")
+        """Every kind; network faults only when the nodes run in network namespaces (root), clock faults
+        only when they run under libfaketime (started with clock faults on)."""
+        st = self.state()
+        kinds = self.supported_for("netns" if st["network"] == "netns" else "loopback")
+        return kinds if st.get("clock") else kinds - frozenset(CLOCK_KINDS)
 
     @staticmethod
     def supported_for(network_mode: str = "auto") -> frozenset[str]:
-        """The fault kinds a cluster started here with `network_mode` will support."""
+        """The fault kinds a cluster started here with `network_mode` (and clock faults on) will support."""
         netns = network_mode == "netns" or (network_mode == "auto" and network.namespaces_supported())
         return frozenset(k for k in FAULT_KINDS if netns or k not in NETWORK_KINDS)
 
     def unsupported_reason(self, kind: str) -> str:
+        if kind in CLOCK_KINDS:
+            return (f"clock fault {kind!r} needs nodes started under libfaketime: start the cluster with "
+                    f"`kafkaproof cluster up --clock` (scenarios: implied by a clock fault)")
         return (f"network fault {kind!r} needs nodes in network namespaces (run as root); "
                 f"this cluster runs on loopback")
 
@@ -100,6 +108,7 @@ class LocalCluster(StatefulCluster):
                   "kafka_libs": str(dist.libs), "kafka_source": dist.source, "heap": config.heap,
                   "jit": config.jit,
                   "proxy": config.proxy,
+                  "clock": config.clock,
                   "config": config.node_layout(),
                   "nodes": nodes, "faults": [], "created_wall": time.time()}
             state.save_state(config.name, st)
@@ -203,8 +212,9 @@ class LocalCluster(StatefulCluster):
         logf = open(ndir / "server.log", "ab")
         logf.write(f"\n{START_MARKER} {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
         logf.flush()
+        env = {**os.environ, **clock.faketime_env(ndir)} if st.get("clock") else None
         popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 cwd=ndir, start_new_session=True)
+                                 cwd=ndir, start_new_session=True, env=env)
         logf.close()
         self._popen[node_id] = popen
         # `ip netns exec` execs java in place, so this pid is the JVM's.
@@ -248,6 +258,22 @@ class LocalCluster(StatefulCluster):
         else:
             process.send_signal(ref, signal.SIGKILL)
         process.wait_dead(ref, 10.0, self._reap)
+
+    def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
+        """Move each node's wall clock to true time + its offset (0: back to true time), wait until the nodes
+        have re-read their files, and return the evidence per node (`clock_evidence`)."""
+        if not self.state().get("clock"):
+            raise FaultError(self.unsupported_reason("clock_skew"))
+        for node_id, offset_s in offsets.items():
+            clock.set_offset(self.node_dir(node_id), offset_s)
+        time.sleep(clock.SETTLE_S)
+        return {node_id: self.clock_evidence(node_id) for node_id in offsets}
+
+    def clock_evidence(self, node_id: int) -> dict:
+        """The node's clock offset as its file holds it, and whether its running process reads that file."""
+        ref = self.node_ref(node_id)
+        return {"offset_s": clock.read_offset(self.node_dir(node_id)),
+                "faketime_loaded": bool(ref and process.state_of(ref) != "dead" and clock.process_has_faketime(ref.pid))}
 
     def pause_node(self, node_id: int, timeout_s: float = 5.0) -> None:
         """SIGSTOP the node's JVM (a hung process: its connections stay open), and wait until it is stopped.

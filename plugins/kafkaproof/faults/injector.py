@@ -1,4 +1,5 @@
-"""Injecting faults on any cluster backend: process faults, network faults (nftables, tc), proxy faults.
+"""Injecting faults on any cluster backend: process faults, network faults (nftables, tc), proxy faults,
+clock faults (libfaketime, see cluster/clock.py).
 
 A `FaultSpec` (kafkaproof.spec.faults) says what to do (kind, target expression, parameters). A
 `FaultInjector` resolves the target at injection time (e.g. the *current*
@@ -49,7 +50,7 @@ class ActiveFault:
     start_ns: int
     start_wall: str
     heal: dict  # how to heal: {"restart": [ids]} / {"resume": [ids]} / {"nft": [[ns, table]], "tc": [links]}
-    #            / {"proxy_rules": [[node id, rule id]]}
+    #            / {"proxy_rules": [[node id, rule id]]} / {"clock": [ids]} (back to true time)
     rule: dict | None = None  # proxy faults: the rule installed in the proxies
 
     def to_json(self) -> dict:
@@ -186,6 +187,10 @@ class FaultInjector:
             effect["restarted"] = {str(n): self.cluster.node_incarnation(n) != before[n] for n in nodes}
         elif spec.is_rolling:
             effect.update(roll(self, spec, nodes))
+        elif spec.is_clock:
+            offset = float(params["offset_s"])
+            heal = {"clock": nodes}
+            effect["clocks"] = {str(n): e for n, e in self.cluster.set_clock_offsets({n: offset for n in nodes}).items()}
         elif spec.is_proxy:
             rule = proxy_rule(spec, fault_id)
             added: list[list] = []

@@ -204,7 +204,21 @@ def section_recovery(v: RunView) -> Markup:
                             f"{fmt_int(avail.get('seconds_with_attempts'))}"
                             f"{' (' + windows + ')' if windows else ''}; acked "
                             f"{fmt_num((avail.get('ok_ratio') or 0) * 100, 1)}% of attempted sends.", class_="sub"))
+    stamps = (v.data.metrics or {}).get("timestamps")
+    if stamps is not None:
+        out.append(tag("p", timestamps_text(stamps), class_="sub"))
     return join(out)
+
+
+def timestamps_text(stamps: Mapping[str, Any]) -> str:
+    """Pure: what the clock faults did to the log's timestamps (analysis `timestamps`)."""
+    n = stamps.get("regressions") or 0
+    if not n:
+        return "Log timestamps: none goes backwards within its partition."
+    worst = (stamps.get("examples") or [{}])[0]
+    return (f"Log timestamps: {plural(n, 'record')} stamped earlier than the record before it in its partition, "
+            f"by up to {fmt_ms(stamps.get('max_back_ms'))} (e.g. partition {worst.get('partition')} offset "
+            f"{worst.get('offset')}): a broker clock moved (LogAppendTime) or producers' clocks differ (CreateTime).")
 
 
 def fmt_recovery(ms: Any) -> str:

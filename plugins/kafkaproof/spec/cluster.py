@@ -64,6 +64,7 @@ class ClusterConfig:
     backend: str = "local"  # local (JVMs on this host) | compose (containers of a compose project)
     image: str | None = None  # compose: the Kafka image (None: kafkaproof/kafka:<kafka_version>, built locally)
     compose_file: str | None = None  # compose: the user's own file instead of compose/<topology>.yml
+    clock: bool = False  # local: nodes run under libfaketime, so clock faults can shift their clocks
 
     def validate(self) -> "ClusterConfig":
         check_cluster_name(self.name)
@@ -81,6 +82,9 @@ class ClusterConfig:
             compose_topology(self.brokers, self.controllers)
         elif self.image or self.compose_file:
             raise ClusterError(f"image/compose_file: only the compose backend takes them (backend is {self.backend})")
+        if self.clock and self.backend != "local":
+            raise ClusterError(f"clock: only the local backend starts its nodes under libfaketime "
+                               f"(backend is {self.backend})")
         for node_id in self.node_config:
             if node_id not in self.node_ids():
                 raise ClusterError(f"node_config names node {node_id}, which this cluster does not have "
@@ -279,4 +283,4 @@ def cluster_config(data: dict, name: str, base: Path | None = None) -> ClusterCo
                          kafka_version=c["kafka_version"], broker_config=c["config"],
                          node_config={int(k): v for k, v in c["node_config"].items()},
                          proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"),
-                         image=c.get("image"), compose_file=compose_file)
+                         image=c.get("image"), compose_file=compose_file, clock=bool(c.get("clock", False)))

@@ -18,7 +18,12 @@ PROXY_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blac
 # One node at a time: stop, start again on another version and/or with other settings, wait until it
 # is back in every ISR (docs/upgrades.md). Instantaneous on the timeline: no `duration`.
 ROLLING_KINDS = ("rolling_upgrade", "rolling_restart")
-FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS + ROLLING_KINDS
+# A node's wall clock shifted by `offset_s` (libfaketime; its monotonic clock is left alone), back
+# to true time at heal. Needs a cluster started with clock faults on (docs/clock.md).
+CLOCK_KINDS = ("clock_skew",)
+FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS + ROLLING_KINDS + CLOCK_KINDS
+# Largest clock offset a scenario may ask for (about ten years either way).
+MAX_CLOCK_OFFSET_S = 10 * 366 * 86400
 # The steps of a rolling fault, each a row of the fault log of its own (not injectable by themselves).
 ROLLING_STEP_KINDS = ("roll_node", "finalize_features")
 
@@ -56,6 +61,7 @@ FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
     "rolling_upgrade": {"version": (str, True), "config": (dict, False), "graceful": (bool, False),
                         "finalize": (bool, False), "timeout_s": (_NUM, False)},
     "rolling_restart": {"config": (dict, False), "graceful": (bool, False), "timeout_s": (_NUM, False)},
+    "clock_skew": {"offset_s": (_NUM, True)},
 }
 
 
@@ -117,6 +123,9 @@ class FaultSpec:
             _validate_groups(self.params["groups"], f"{where}.params.groups")
         if self.kind in ROLLING_KINDS:
             _validate_rolling(self.params, where)
+        if self.kind in CLOCK_KINDS and not 0 < abs(self.params["offset_s"]) <= MAX_CLOCK_OFFSET_S:
+            raise FaultError(f"{where}.params.offset_s: must be non-zero and at most {MAX_CLOCK_OFFSET_S} s "
+                             f"(ten years) either way, got {self.params['offset_s']}")
         return self
 
     @property
@@ -135,6 +144,10 @@ class FaultSpec:
     @property
     def is_rolling(self) -> bool:
         return self.kind in ROLLING_KINDS
+
+    @property
+    def is_clock(self) -> bool:
+        return self.kind in CLOCK_KINDS
 
 
 def proxy_rule(spec: FaultSpec, rule_id: str | None = None) -> dict[str, Any]:

@@ -25,9 +25,13 @@ needs_root = pytest.mark.skipif(not network.namespaces_supported(),
 
 def airflow_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment `scripts/airflow-env.sh` sets, with a private AIRFLOW_HOME."""
-    out = subprocess.run(["bash", "-c", f"AIRFLOW_HOME={home} source scripts/airflow-env.sh && env -0"],
+    # Exported, not `AIRFLOW_HOME=... source`: bash restores a variable assigned for one builtin once it
+    # returns, so the tests' Airflow ran with the default home (~/airflow), where the api-server's auth
+    # manager writes its password file: it failed on a machine without ~/airflow.
+    out = subprocess.run(["bash", "-c", f"export AIRFLOW_HOME={home} && source scripts/airflow-env.sh && env -0"],
                          cwd=REPO, capture_output=True, text=True, check=True).stdout
     env = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
+    assert env.get("AIRFLOW_HOME") == str(home), "Airflow would run with another home than the test's"
     env.update(extra)
     return env
 

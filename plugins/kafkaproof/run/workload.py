@@ -349,10 +349,11 @@ def run_producer(spec: dict) -> int:
             acked_partition(msg.partition())
             acked_offset(msg.offset() or 0)
             return
+        value = msg.value()
         try:
-            vid = int(msg.value()[id_at:msg.value().index(b"|", id_at)])
+            vid = int(value[id_at:value.index(b"|", id_at)])
         except (TypeError, ValueError):
-            vid = decode_value_id(msg.value())
+            vid = decode_value_id(value)
         name = err.name()
         part = msg.partition() if msg.partition() is not None else -1
         counts[classify_delivery(name, part)] += 1

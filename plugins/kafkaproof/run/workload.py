@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..paths import write_text_atomic
 from ..spec.ledger import CONSUMER_EVENTS, PAYLOAD_PREFIX, READS, decode_value_id, make_value_id
@@ -182,10 +181,13 @@ class CompletionLog:
     def flush(self) -> None:
         n = len(self.value_ids)
         if n:
-            if None in self.offsets:  # an ack without a broker offset: null, never a made-up 0
+            try:
+                offsets = take_column(self.offsets)
+            except TypeError:  # an ack without a broker offset (None): null, never a made-up 0
+                import pyarrow.compute as pc
                 self.offsets[:] = [-1 if o is None else o for o in self.offsets]
-            offsets = take_column(self.offsets)
-            offsets = pc.if_else(pc.less(offsets, 0), pa.scalar(None, pa.int64()), offsets)
+                offsets = take_column(self.offsets)
+                offsets = pc.if_else(pc.less(offsets, 0), pa.scalar(None, pa.int64()), offsets)
             self.stream.write_columns([
                 take_column(self.value_ids), take_column(self.completed), take_column(self.partitions, "i"),
                 offsets if self.offsets_from_broker else pa.nulls(n, pa.int64()),

@@ -65,7 +65,7 @@ class _Request:
             try:
                 if self.header.api_key == kp.PRODUCE:
                     self._targets = kp.produce_targets(self.frame, self.header, topic_names)
-                elif self.header.api_key == kp.FETCH or self.header.api_key in kp.PARTITION_ANSWERS:
+                elif self.header.api_key in kp.TARGETED_APIS:
                     self._targets = kp.request_targets(kp.decode_request(self.frame, self.header), topic_names)
                 else:
                     self._targets = ()
@@ -512,7 +512,7 @@ class _Connection:
             header = ctx.header
             base.update(api_key=header.api_key, api=kp.api_name(header.api_key), api_version=header.api_version,
                         correlation_id=header.correlation_id, client_id=header.client_id)
-            if header.api_key in (kp.PRODUCE, kp.FETCH) or header.api_key in kp.PARTITION_ANSWERS:
+            if header.api_key in kp.TARGETED_APIS:
                 targets = ctx.targets(self.proxy.topic_names)
                 if targets is not None:
                     base["topics"] = [t.as_json() for t in targets]

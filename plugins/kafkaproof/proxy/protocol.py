@@ -75,6 +75,9 @@ PARTITION_ANSWERS: Mapping[int, tuple[str, str, str]] = {
 ERROR_APIS = frozenset({PRODUCE, FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
                         INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, *PARTITION_ANSWERS})
 
+#: APIs whose requests name topic/partitions the proxy decodes (`request_targets`).
+TARGETED_APIS = frozenset({PRODUCE, FETCH, *PARTITION_ANSWERS})
+
 #: APIs whose responses carry broker host/port pairs the proxy may rewrite.
 ADDRESS_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
 
@@ -592,14 +595,13 @@ def build_error_response(api_key: int, version: int, targets: Iterable[TopicPart
     shape = PARTITION_ANSWERS.get(api_key)
     if shape and shape[0] in response_fields:
         topics_field, partitions_field, error_field = shape
-        topic_cls, part_cls = _element_type(response_fields[topics_field]), None
-        topics = []
-        for t in targets:
-            part_cls = part_cls or _element_type({f.name: f for f in dataclasses.fields(topic_cls)}[partitions_field])
-            parts = tuple(_empty_entity(part_cls, code, partition_index=i32(p), **{error_field: code})
-                          for p in t.partitions)
-            topics.append(_empty_entity(topic_cls, code, **_topic_fields(t, topic_cls), **{partitions_field: parts}))
-        return _empty_entity(response_cls, code, **{topics_field: tuple(topics)})
+        topic_cls = _element_type(response_fields[topics_field])
+        part_cls = _element_type({f.name: f for f in dataclasses.fields(topic_cls)}[partitions_field])
+        topics = tuple(
+            _empty_entity(topic_cls, code, **_topic_fields(t, topic_cls), **{partitions_field: tuple(
+                _empty_entity(part_cls, code, partition_index=i32(p), **{error_field: code}) for p in t.partitions)})
+            for t in targets)
+        return _empty_entity(response_cls, code, **{topics_field: topics})
     if "coordinators" in response_fields:  # FindCoordinator v4+: an answer per key asked for
         keys = tuple(getattr(request, "coordinator_keys", ()) or ())
         coordinator_cls = _element_type(response_fields["coordinators"])
@@ -648,11 +650,9 @@ def _empty_entity(cls: type, code: ErrorCode, **values: Any) -> Any:
     """An instance of ``cls`` carrying ``code`` in its error fields, ``values`` where given, every
     other field without a default empty (see :func:`_empty_value`)."""
     for f in dataclasses.fields(cls):
-        if f.name in values:
-            continue
-        if f.metadata.get("kafka_type") == "error_code" or f.name == "error_message":
-            values[f.name] = _empty_value(f, code)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        carries_error = f.metadata.get("kafka_type") == "error_code" or f.name == "error_message"
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.name not in values and (carries_error or required):
             values[f.name] = _empty_value(f, code)
     return make_entity(cls, **values)
 

@@ -40,6 +40,8 @@ def faketime_env(node_dir: Path) -> dict[str, str]:
     # Without FAKETIME_FORCE_MONOTONIC_FIX=0 libfaketime reworks every timed wait of the JVM (its
     # condition variables use the monotonic clock): Thread.sleep(1) took 14 ms and a broker never
     # formed a quorum. With it, only the wall clock is touched (0.2 µs a read, sleeps exact).
+    # FAKETIME_DISABLE_SHM: without it the preloading `ip netns exec` made a /dev/shm segment the JVM then
+    # inherited (FAKETIME_SHARED); the offset file is all a node needs.
     return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(path),
             "FAKETIME_CACHE_DURATION": str(CACHE_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             "FAKETIME_FORCE_MONOTONIC_FIX": "0", "FAKETIME_DISABLE_SHM": "1"}

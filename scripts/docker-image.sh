@@ -114,10 +114,13 @@ kafka_libs() {  # the jars of $VERSION: $KAFKA_HOME/libs when it holds that vers
   if [ -n "${KAFKA_HOME:-}" ] && [ -f "$KAFKA_HOME/libs/kafka_2.13-$VERSION.jar" ]; then echo "$KAFKA_HOME/libs"; return; fi
   local libs="$CACHE/kafka/$VERSION/libs"
   if [ ! -f "$CACHE/kafka/$VERSION/.complete" ]; then
-    [ -x "$REPO/.venv/bin/python" ] || fail "Kafka $VERSION is not installed in $CACHE/kafka: run \`make setup\`" \
-                                            "(or kafkaproof install-kafka --kafka-version $VERSION)"
+    # A checkout's .venv, else (this script packaged in an installed kafkaproof) the CLI on PATH.
+    local cli=("$REPO/.venv/bin/python" -m kafkaproof)
+    [ -x "${cli[0]}" ] || cli=(kafkaproof)
+    command -v "${cli[0]}" >/dev/null || fail "Kafka $VERSION is not installed in $CACHE/kafka: run \`make setup\`" \
+                                              "(or kafkaproof install-kafka --kafka-version $VERSION)"
     say "installing Kafka $VERSION from Maven Central"
-    "$REPO/.venv/bin/python" -m kafkaproof install-kafka --kafka-version "$VERSION" >&2 \
+    "${cli[@]}" install-kafka --kafka-version "$VERSION" >&2 \
       || fail "could not install Kafka $VERSION (see above)"
   fi
   echo "$libs"

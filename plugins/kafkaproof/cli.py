@@ -218,11 +218,27 @@ def _client_list(text: str | None) -> list[str] | None:
     return clients
 
 
+def scenario_file(arg: str) -> str:
+    """A scenario file given on the command line: the path when it exists, else the catalog's scenario
+    of that name (so an installed kafkaproof validates `baseline` without knowing where the catalog is)."""
+    from pathlib import Path
+    from .paths import scenarios_dir
+    if Path(arg).exists() or "/" in arg or arg.endswith((".yaml", ".yml")):
+        return arg
+    from .spec import scenario as scenario_mod
+    catalog = scenarios_dir()
+    by_name = {s.name: s.path for s in scenario_mod.load_catalog(catalog)}
+    if arg not in by_name:
+        raise ScenarioError(f"{arg}: no such file, and no scenario of that name in the catalog ({catalog}); "
+                            f"see `kafkaproof scenario list`")
+    return str(by_name[arg])
+
+
 def cmd_scenario_validate(args) -> int:
     from .faults import check_scenario_faults
     from .run.client_config import check_client_config
     from .spec import scenario as scenario_mod
-    for path in args.files:
+    for path in map(scenario_file, args.files):
         s = scenario_mod.load(path)
         check_scenario_faults(s)
         check_client_config(s)
@@ -231,11 +247,13 @@ def cmd_scenario_validate(args) -> int:
 
 
 def cmd_scenario_list(args) -> int:
+    from .paths import scenarios_dir
     from .spec import scenario as scenario_mod
-    selected = scenario_mod.load_catalog(args.dir, args.tag)
+    catalog = args.dir or scenarios_dir()
+    selected = scenario_mod.load_catalog(catalog, args.tag)
     if not selected and args.tag:
-        tags = sorted({t for s in scenario_mod.load_catalog(args.dir) for t in s.data["tags"]})
-        raise ScenarioError(f"{args.dir}: no scenario has the tag {args.tag!r}; tags in the catalog: {', '.join(tags)}")
+        tags = sorted({t for s in scenario_mod.load_catalog(catalog) for t in s.data["tags"]})
+        raise ScenarioError(f"{catalog}: no scenario has the tag {args.tag!r}; tags in the catalog: {', '.join(tags)}")
     for s in selected:
         detect = f" detect {','.join(s.expect['detect'])}" if s.expect["detect"] else ""
         print(f"{s.name:<36} {s.guarantee:<14} {','.join(s.data['tags']):<22}{detect}")
@@ -412,10 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("scenario", help="validate and list scenario files")
     scsub = sc.add_subparsers(dest="scenario_command", required=True)
     sv = scsub.add_parser("validate", help="validate scenario files")
-    sv.add_argument("files", nargs="+")
+    sv.add_argument("files", nargs="+", metavar="FILE", help="a scenario file, or the name of a catalog scenario")
     sv.set_defaults(func=cmd_scenario_validate)
     sl = scsub.add_parser("list", help="list the catalog")
-    sl.add_argument("--dir", default="scenarios")
+    sl.add_argument("--dir", help="a directory of scenario files (default: $KAFKAPROOF_SCENARIOS, else the catalog "
+                                   "of the checkout or of the installed package)")
     sl.add_argument("--tag")
     sl.set_defaults(func=cmd_scenario_list)
     ss = scsub.add_parser("schema", help="print the scenario JSON Schema")

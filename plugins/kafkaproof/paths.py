@@ -1,9 +1,12 @@
-"""Where kafkaproof keeps its caches and state. Overridable with environment variables."""
+"""Where kafkaproof keeps its caches and state (overridable with environment variables), and where it
+finds its data directories (the scenario catalog, the Spark job, the expectations, ...)."""
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+from .errors import InstallError
 
 
 def cache_dir() -> Path:
@@ -21,12 +24,42 @@ def runs_dir() -> Path:
     return Path(os.environ.get("KAFKAPROOF_RUNS") or "runs")
 
 
-SOURCE_ROOT = Path(__file__).resolve().parents[2]  # plugins/kafkaproof/paths.py -> the checkout
+PACKAGE_DIR = Path(__file__).resolve().parent
+SOURCE_ROOT = PACKAGE_DIR.parents[1]  # plugins/kafkaproof/paths.py -> the checkout (when it is one)
+# The data directories at the top of the repository. A wheel carries copies of them in
+# kafkaproof/_share/ (setup.py's build_py); `scripts` holds only the Docker scripts there.
+SHARED_DIRS = ("scenarios", "spark", "expectations", "java", "compose", "scripts")
+PACKAGED_SHARE = PACKAGE_DIR / "_share"
 
 
 def repo_root() -> Path | None:
-    """The source checkout this package runs from, if any (for `scenarios/`, `spark/`, `expectations/`)."""
-    return SOURCE_ROOT if (SOURCE_ROOT / "scenarios").is_dir() else None
+    """The source checkout this package runs from (editable install, tests, DAGs); None when installed."""
+    in_checkout = PACKAGE_DIR.parent.name == "plugins" and (SOURCE_ROOT / "scenarios").is_dir()
+    return SOURCE_ROOT if in_checkout else None
+
+
+def share_dir(name: str) -> Path:
+    """One of kafkaproof's data directories (`SHARED_DIRS`): the checkout's own when running from
+    a checkout, the copy packaged in the wheel (`kafkaproof/_share/<name>`) otherwise.
+
+    Read only: anything built from these (the Java driver, Docker images) goes under `cache_dir()`.
+    """
+    if name not in SHARED_DIRS:
+        raise ValueError(f"{name!r} is not one of kafkaproof's data directories: {', '.join(SHARED_DIRS)}")
+    root = repo_root()
+    path = (root if root is not None else PACKAGED_SHARE) / name
+    if not path.is_dir():
+        raise InstallError(f"kafkaproof's {name}/ directory is missing ({path}): this installation of "
+                           f"kafkaproof is incomplete; reinstall it from a wheel built by setuptools "
+                           f"(`pip install <checkout>`), or run it from a checkout")
+    return path
+
+
+def scenarios_dir() -> Path:
+    """The scenario catalog: `$KAFKAPROOF_SCENARIOS`, else `share_dir("scenarios")`."""
+    if os.environ.get("KAFKAPROOF_SCENARIOS"):
+        return Path(os.environ["KAFKAPROOF_SCENARIOS"])
+    return share_dir("scenarios")
 
 
 def write_text_atomic(path: Path, text: str) -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 from .cluster import attach, start_cluster, state
 from .errors import ClusterError, KafkaproofError, ScenarioError
 from .faults import check_scenario_faults
-from .paths import repo_root, runs_dir
+from .paths import runs_dir, scenarios_dir
 from .spec.clients import apply_overrides, environment_overrides
 from .spec.cluster import cluster_config
 from .spec.scenario import Scenario, load_catalog
@@ -30,16 +30,6 @@ from .verdict.summary import client_differences, gate, summarize, upgrade_differ
 log = logging.getLogger(__name__)
 
 AIRFLOW_CLUSTER_PREFIX = "af-"
-
-
-def scenarios_dir() -> Path:
-    """The scenario catalog: `$KAFKAPROOF_SCENARIOS` or `scenarios/` of this checkout."""
-    if os.environ.get("KAFKAPROOF_SCENARIOS"):
-        return Path(os.environ["KAFKAPROOF_SCENARIOS"])
-    root = repo_root()
-    if root is None:
-        raise KafkaproofError("cannot find the scenarios/ directory: set KAFKAPROOF_SCENARIOS")
-    return root / "scenarios"
 
 
 def suite(tag: str | None = None, names: list[str] | None = None) -> list[Scenario]:

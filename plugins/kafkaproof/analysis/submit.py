@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..cluster import process, procs
-from ..paths import SOURCE_ROOT
+from ..paths import share_dir
 from ..errors import AnalysisError, LedgerError
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = SOURCE_ROOT
 MASTER_ENV = "KAFKAPROOF_SPARK_MASTER"
 DEFAULT_MASTER = "local[2]"
 ANALYSIS_DIR = "analysis"
@@ -47,8 +46,8 @@ DEFAULT_CONF: dict[str, str] = {
 
 
 def application_path() -> Path:
-    """Path of the Spark application (spark/analyze.py)."""
-    return REPO_ROOT / "spark" / "analyze.py"
+    """Path of the Spark application: `spark/analyze.py` of the checkout or of the installed package."""
+    return share_dir("spark") / "analyze.py"
 
 
 def find_spark_submit(spark_submit: str | None = None) -> str:

@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 
 from . import network
 from ..errors import ClusterError
-from ..paths import repo_root
+from ..paths import share_dir
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +128,10 @@ def docker(*args: str, check: bool = True, timeout: float = 120.0, input: str | 
 
 
 def _script(name: str) -> Path:
-    root = repo_root()
-    path = root / "scripts" / name if root else None
-    if path is None or not path.exists():
-        raise ClusterError(f"scripts/{name} not found: the compose backend runs from a kafkaproof checkout "
-                           f"(it builds the engine, image and compose CLI with the scripts there)")
+    path = share_dir("scripts") / name
+    if not path.exists():
+        raise ClusterError(f"{path} not found: the compose backend builds the engine, image and compose CLI "
+                           f"with kafkaproof's Docker scripts")
     return path
 
 
@@ -186,11 +185,11 @@ def ensure_compose_cli() -> None:
 
 
 def compose_file(topology: str) -> Path:
-    """The compose file of a topology in the checkout: `compose/<topology>.yml`."""
-    root = repo_root()
-    path = root / "compose" / f"{topology}.yml" if root else None
-    if path is None or not path.exists():
-        known = sorted(p.stem for p in (root / "compose").glob("*.yml")) if root else []
+    """The compose file of a topology: `compose/<topology>.yml` of the checkout or of the installed package."""
+    compose_dir = share_dir("compose")
+    path = compose_dir / f"{topology}.yml"
+    if not path.exists():
+        known = sorted(p.stem for p in compose_dir.glob("*.yml"))
         raise ClusterError(f"no compose file for topology {topology!r}; known: {', '.join(known) or 'none'}")
     return path
 

@@ -32,7 +32,7 @@ import pyarrow.csv as pacsv
 
 from ..cluster import install
 from ..errors import InstallError, KafkaproofError
-from ..paths import cache_dir, repo_root, write_text_atomic
+from ..paths import cache_dir, share_dir, write_text_atomic
 from ..spec import ledger
 from ..spec.versions import DEFAULT_KAFKA_VERSION, check_version
 
@@ -97,11 +97,10 @@ class JavaDriverError(KafkaproofError):
 
 
 def java_dir() -> Path:
-    """The driver's Maven project (`java/` next to `plugins/`)."""
-    root = repo_root()
-    path = (root or Path(__file__).resolve().parents[3]) / "java"
+    """The driver's Maven project: `java/` of the checkout or of the installed package (read only)."""
+    path = share_dir("java")
     if not (path / "pom.xml").is_file():
-        raise InstallError(f"{path}/pom.xml not found: the Java driver is built from a kafkaproof source checkout")
+        raise InstallError(f"{path}/pom.xml not found: the Java driver's Maven project is incomplete")
     return path
 
 

@@ -18,11 +18,10 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ..spec import anomalies
-from ..paths import SOURCE_ROOT
+from ..paths import repo_root, share_dir
 from ..errors import ScenarioError, ValidationFailed
 
-REPO_ROOT = SOURCE_ROOT
-EXPECTATIONS_DIR = REPO_ROOT / "expectations"
+EXPECTATIONS_DIR = share_dir("expectations")
 POLICY_PATH = EXPECTATIONS_DIR / "policy.yaml"
 SUITES_DIR = EXPECTATIONS_DIR / "suites"
 
@@ -310,6 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     policy = load_policy()
     if args.command == "write-suites":
+        if repo_root() is None:  # the suites are sources of the checkout; an installed copy is read only
+            print(f"write-suites regenerates a checkout's expectations/suites/; this kafkaproof is installed "
+                  f"({SUITES_DIR}): run it from a checkout", file=sys.stderr)
+            return 2
         for p in write_suites(policy):
             print(p)
         return 0

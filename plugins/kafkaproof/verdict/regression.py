@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ..errors import ValidationFailed
-from ..paths import SOURCE_ROOT
+from ..paths import share_dir
 
-REGRESSION_PATH = SOURCE_ROOT / "expectations" / "regression.yaml"
+REGRESSION_PATH = share_dir("expectations") / "regression.yaml"
 MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma from its median absolute deviation
 SAMPLES_KEY = "publish_samples"
 

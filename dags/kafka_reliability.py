@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkaproof import pipeline
 from kafkaproof.analysis import spark_conf
-from kafkaproof.errors import ScenarioError
+from kafkaproof.errors import KafkaproofError, ScenarioError
 from kafkaproof.notify import WebhookNotifier
 from kafkaproof.spec.clients import CLIENTS
 from kafkaproof.spec.cluster import CLUSTER_BACKENDS
@@ -43,8 +43,9 @@ BATCH_REPORT_ASSET = Asset(name="kafkaproof_batch_report", uri="kafkaproof://bat
 # A failed gate posts its problems to the webhook of the `kafkaproof_notify` connection (when defined).
 NOTIFY_ON_FAILURE = WebhookNotifier()
 KAFKA_CONN_PARAM = Param(None, type=["null", "string"],
-                         description="an existing cluster by Airflow Kafka connection (e.g. kafka_default; Extra: "
-                                     "bootstrap.servers); `bootstrap` wins when both are set")
+                         description="an existing cluster by Airflow Kafka connection (e.g. kafka_default; Extra: the "
+                                     "client config: bootstrap.servers and how to connect, e.g. security.protocol, "
+                                     "sasl.*, ssl.*); `bootstrap` wins when both are set")
 BROKERS_PARAM = Param(None, type=["null", "integer"], minimum=1, maximum=MAX_BROKERS,
                       description="override cluster.brokers (empty: as each scenario says; local cluster only)")
 BACKEND_PARAM = Param(None, type=["null", "string"], enum=[None, *CLUSTER_BACKENDS],
@@ -74,23 +75,24 @@ def _batch_id() -> str:
     return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
 
 
-def existing_cluster(params) -> str | None:
-    """Bootstrap servers of the existing cluster a run asks for, or None for the embedded local cluster.
+def existing_cluster(params) -> tuple[str | None, dict | None]:
+    """(bootstrap servers, connection config) of the existing cluster a run asks for; (None, None) for the
+    embedded local cluster.
 
-    `bootstrap` names it directly; `kafka_conn_id` names an Airflow Kafka connection whose
-    Extra holds the client config (`bootstrap.servers` is what kafkaproof uses; plaintext only).
+    `bootstrap` names a plaintext cluster directly; `kafka_conn_id` names an Airflow Kafka connection
+    whose Extra is the client config (`pipeline.kafka_connection`: its security settings reach every
+    client). Each task reads the connection itself, so credentials never travel in XCom.
     """
     if params.get("bootstrap"):
-        return params["bootstrap"]
+        return params["bootstrap"], None
     conn_id = params.get("kafka_conn_id")
     if not conn_id:
-        return None
+        return None, None
     from airflow.sdk import Connection
-    servers = Connection.get(conn_id).extra_dejson.get("bootstrap.servers")
-    if not servers:
-        raise AirflowFailException(f"Airflow connection {conn_id!r}: its Extra has no 'bootstrap.servers'; "
-                                   f'set it, e.g. {{"bootstrap.servers": "kafka-1:9092,kafka-2:9092"}}')
-    return str(servers)
+    try:
+        return pipeline.kafka_connection(conn_id, Connection.get(conn_id).extra_dejson or {})
+    except KafkaproofError as e:  # a connection to fix, not a run to retry
+        raise AirflowFailException(str(e)) from None
 
 
 def _group_id(name: str) -> str:
@@ -116,7 +118,7 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
         def provision() -> dict:
             """Resolve the scenario once (file, overrides, faults) and start its cluster; both travel on in XCom."""
             params = get_current_context()["params"]
-            bootstrap = existing_cluster(params)
+            bootstrap, _ = existing_cluster(params)
             (scn,) = pipeline.suite(names=[scenario_name])
             use_docker_engine(params)
             try:
@@ -137,9 +139,10 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
                 _report_run(pipeline.unstarted_run(scenario_name, cluster["error"]))
+            connection = None if cluster["cluster"] else existing_cluster(get_current_context()["params"])[1]
             result = pipeline.run(Scenario.from_json(cluster["scenario"]), cluster_name=cluster["cluster"],
                                   bootstrap=None if cluster["cluster"] else cluster["bootstrap"],
-                                  control=cluster.get("control"))
+                                  control=cluster.get("control"), client_config=connection)
             return _report_run(result)
 
         def fault_task(task_id: str, index: int):
@@ -303,10 +306,12 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
     ctx["scenario_label"] = scenario + (f" ({label})" if label else "")
     params = ctx["params"]
     use_docker_engine(params)
+    bootstrap, connection = existing_cluster(params)
     return _report_run(pipeline.run_scenario(
         scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
-        messages=None if upgrade_to else params.get("messages"), bootstrap=existing_cluster(params), label=label,
-        brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client, upgrade_to=upgrade_to))
+        messages=None if upgrade_to else params.get("messages"), bootstrap=bootstrap, label=label,
+        brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client, upgrade_to=upgrade_to,
+        client_config=connection))
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,

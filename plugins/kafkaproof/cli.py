@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any
 
 from . import logs
 from .errors import KafkaproofError, ScenarioError
+
+log = logging.getLogger(__name__)
 
 
 def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
@@ -38,20 +41,40 @@ def _positive_int(text: str) -> int:
 
 def cmd_cluster_up(args) -> int:
     from .cluster import ClusterConfig, ExternalCluster, start_cluster
-    if args.bootstrap:
-        cluster = ExternalCluster.up(args.bootstrap, args.name)
+    bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
+    if bootstrap:
+        cluster = ExternalCluster.up(bootstrap, args.name, client_config=connection)
         print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())
         return 0
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
                         network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy,
-                        backend=args.backend, image=args.image, compose_file=args.compose_file, clock=args.clock)
+                        backend=args.backend, image=args.image, compose_file=args.compose_file, clock=args.clock,
+                        client_security=args.security, sasl_mechanism=args.sasl_mechanism)
     cluster = start_cluster(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
     else:
         print(cluster.bootstrap_servers())
+        if cluster.client_config():
+            from .cluster import state
+            print(f"client config: {state.cluster_dir(cluster.name) / 'client.properties'}", file=sys.stderr)
     return 0
+
+
+def _existing_cluster(bootstrap: str | None, client_config: str | None) -> tuple[str | None, dict | None]:
+    """(bootstrap servers, connection config) of an existing cluster from `--bootstrap` and `--client-config FILE`
+    (whose bootstrap.servers is used when there is no --bootstrap); (None, None) for none."""
+    if not client_config:
+        return bootstrap, None
+    from .spec.connection import read_client_config
+    from_file, connection, left_out = read_client_config(client_config)
+    if left_out:
+        log.info("--client-config %s: %s left out (scenario fields own them)", client_config, ", ".join(left_out))
+    if not (bootstrap or from_file):
+        raise ScenarioError(f"--client-config {client_config}: name the cluster with --bootstrap or a "
+                            f"bootstrap.servers line in the file")
+    return bootstrap or from_file, connection
 
 
 def cmd_cluster_status(args) -> int:
@@ -64,6 +87,8 @@ def cmd_cluster_status(args) -> int:
           f"active controller {status['active_controller']}")
     print(f"bootstrap: {status['bootstrap_servers']}" +
           (f" (fault proxies; direct: {status['direct_bootstrap']})" if status.get("proxy") else ""))
+    if status.get("client_connection"):
+        print("client connection: " + ", ".join(f"{k}={v}" for k, v in status["client_connection"].items()))
     for n in status["nodes"]:
         proxy = n.get("proxy")
         print(f"  node {n['id']:>3} {n['roles']:<18} {n['address']:<22} pid {n['pid']} {n['state']}" +
@@ -176,9 +201,10 @@ def cmd_run(args) -> int:
         print("kafkaproof run: give a SCENARIO file or --replay RUN_DIR", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
+    bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
     result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
                                          kafka_version=args.kafka_version, brokers=args.brokers,
-                                         bootstrap=args.bootstrap, backend=args.backend,
+                                         bootstrap=bootstrap, client_config=connection, backend=args.backend,
                                          upgrade_to=args.upgrade_to, seed=args.seed)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
@@ -309,8 +335,13 @@ def cmd_history(args) -> int:
 
 # --- parser ------------------------------------------------------------------
 
+CLIENT_CONFIG_HELP = ("an existing cluster's client properties file (librdkafka names, as `name=value` lines): how "
+                      "to connect (security.protocol, sasl.*, ssl.*); its bootstrap.servers is used without "
+                      "--bootstrap. Every client gets it: producers, consumers, kafkaproof's admin client, the drain")
+
 def build_parser() -> argparse.ArgumentParser:
     from .spec.cluster import CLUSTER_BACKENDS, JIT_MODES
+    from .spec.connection import SASL_MECHANISMS, SECURITY_PROTOCOLS
     from .spec.versions import DEFAULT_KAFKA_VERSION
     p = argparse.ArgumentParser(prog="kafkaproof", description="Reliability tests for Apache Kafka.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -349,6 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
                     help="do not start brokers: front the existing cluster at these bootstrap servers with one "
                          "fault proxy per broker (proxy faults only; `cluster down` stops the proxies)")
+    up.add_argument("--security", choices=SECURITY_PROTOCOLS, default="PLAINTEXT",
+                    help="local backend: the protocol of the brokers' CLIENT listeners; kafkaproof makes a user, and "
+                         "for TLS a CA of the cluster's own, and writes client.properties in the cluster's "
+                         "directory (docs/security.md)")
+    up.add_argument("--sasl-mechanism", choices=SASL_MECHANISMS, default="SCRAM-SHA-256",
+                    help="with --security SASL_*: the mechanism (default: SCRAM-SHA-256)")
+    up.add_argument("--client-config", metavar="FILE", help=CLIENT_CONFIG_HELP)
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     up.set_defaults(func=cmd_cluster_up)
     stp = named(clsub.add_parser("status", help="nodes, controller, partitions, active faults"))
@@ -394,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override cluster.backend: local (JVMs here) or compose (containers, compose/)")
     rn.add_argument("--bootstrap", help="use an existing cluster instead of a local one: proxy and consumer "
                                         "faults only (proxies are started on this host when the scenario needs them)")
+    rn.add_argument("--client-config", metavar="FILE", help=CLIENT_CONFIG_HELP)
     rn.set_defaults(func=cmd_run)
 
     bt = sub.add_parser("batch", help="run a suite without Airflow: every scenario, one analysis, verdicts, "

@@ -17,6 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from .cluster import attach, start_cluster, state
 from .errors import ClusterError, KafkaproofError, ScenarioError
@@ -216,16 +217,35 @@ def _check_reuse(cluster, scenario: Scenario) -> dict | None:
         time.sleep(1.0)
 
 
+def kafka_connection(conn_id: str, extra: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(bootstrap servers, connection config) of an existing cluster from an Airflow Kafka connection's Extra.
+
+    The Extra is a client config, as the Kafka provider's hooks take it: `bootstrap.servers` names
+    the cluster, the security settings (`security.protocol`, `sasl.*`, `ssl.*`) reach every client of
+    the run. Client behaviour a scenario field owns (`group.id`, ...) is left out, with a log line.
+    """
+    from .spec.connection import check_connection, split_client_config
+    source = f"Airflow connection {conn_id!r} (Extra)"
+    bootstrap, connection, left_out = split_client_config(extra)
+    if not bootstrap:
+        raise ClusterError(f'{source} has no bootstrap.servers; set it, e.g. {{"bootstrap.servers": '
+                           f'"kafka-1:9092,kafka-2:9092"}}')
+    if left_out:
+        log.info("%s: %s left out (scenario fields own them)", source, ", ".join(left_out))
+    return bootstrap, check_connection(connection, source)
+
+
 def run(scenario: Scenario, out: str | None = None, cluster_name: str | None = None,
-        bootstrap: str | None = None, control: str | None = None) -> dict:
-    """Run a resolved scenario on a provisioned cluster, an existing one by bootstrap, or a cluster of its own.
+        bootstrap: str | None = None, control: str | None = None, client_config: dict | None = None) -> dict:
+    """Run a resolved scenario on a provisioned cluster, an existing one by bootstrap (connecting with
+    `client_config`, see `kafka_connection`), or a cluster of its own.
 
     With `control` (a name from `fault_control`), fault tasks of other processes time the
     scenario's faults (`drive_fault`) instead of the run's own timeline.
     """
     from .run import RunOptions, ScenarioRun
     options = RunOptions(out=Path(out) if out else runs_dir(), bootstrap=bootstrap, cluster_name=cluster_name,
-                         attach=bool(cluster_name and not bootstrap), control=control)
+                         attach=bool(cluster_name and not bootstrap), control=control, client_config=client_config)
     result = ScenarioRun(scenario, options).execute()
     return {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status, "error": result.error,
             "scenario": scenario.name}
@@ -342,7 +362,8 @@ def unstarted_run(scenario: str, error: str, label: str = "") -> dict:
 
 def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None,
-                 backend: str | None = None, client: str | None = None, upgrade_to: str | None = None) -> dict:
+                 backend: str | None = None, client: str | None = None, upgrade_to: str | None = None,
+                 client_config: dict | None = None) -> dict:
     """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
 
     A scenario that cannot take the overrides comes back as a run without a directory whose
@@ -358,7 +379,7 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     try:
         if cluster:
             provision(resolved, cluster)
-        result = run(resolved, cluster_name=cluster, bootstrap=bootstrap)
+        result = run(resolved, cluster_name=cluster, bootstrap=bootstrap, client_config=client_config)
     finally:
         if cluster:
             teardown(cluster)

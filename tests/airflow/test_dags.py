@@ -111,16 +111,31 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     assert tasks["baseline.provision"].retries == 1
 
 
-def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_home, monkeypatch):
+def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_home, monkeypatch, tmp_path):
     dagbag(airflow_home)  # the Airflow settings, including the kafka_default connection
     module = runpy.run_path(str(REPO / "dags" / "kafka_reliability.py"))
     existing_cluster = module["existing_cluster"]
-    assert existing_cluster({}) is None  # the embedded local cluster
-    assert existing_cluster({"bootstrap": "k1:9092", "kafka_conn_id": "kafka_default"}) == "k1:9092"
-    assert existing_cluster({"kafka_conn_id": "kafka_default"}) == "localhost:9092"
-    monkeypatch.setenv("AIRFLOW_CONN_KP_NO_SERVERS", '{"conn_type": "kafka", "extra": {"acks": "all"}}')
+    assert existing_cluster({}) == (None, None)  # the embedded local cluster
+    assert existing_cluster({"bootstrap": "k1:9092", "kafka_conn_id": "kafka_default"}) == ("k1:9092", None)
+    assert existing_cluster({"kafka_conn_id": "kafka_default"}) == ("localhost:9092", {})
+    # A secured cluster: the Extra is the client config; its security settings reach the run,
+    # what a scenario field owns stays out.
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    secure = {"bootstrap.servers": "k1:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+              "sasl.username": "u", "sasl.password": "p", "ssl.ca.location": str(ca), "group.id": "my-group"}
+    monkeypatch.setenv("AIRFLOW_CONN_KP_SECURE", json.dumps({"conn_type": "kafka", "extra": secure}))
+    bootstrap, connection = existing_cluster({"kafka_conn_id": "kp_secure"})
+    assert bootstrap == "k1:9093"
+    assert connection == {k: v for k, v in secure.items() if k not in ("bootstrap.servers", "group.id")}
     from airflow.sdk.exceptions import AirflowFailException
-    with pytest.raises(AirflowFailException, match="'kp_no_servers': its Extra has no 'bootstrap.servers'"):
+    monkeypatch.setenv("AIRFLOW_CONN_KP_NO_MECHANISM", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": "k1:9093", "security.protocol": "SASL_SSL"}}))
+    with pytest.raises(AirflowFailException, match="'kp_no_mechanism' .Extra.: security.protocol=SASL_SSL needs "
+                                                   "sasl.mechanism; allowed: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"):
+        existing_cluster({"kafka_conn_id": "kp_no_mechanism"})
+    monkeypatch.setenv("AIRFLOW_CONN_KP_NO_SERVERS", '{"conn_type": "kafka", "extra": {"acks": "all"}}')
+    with pytest.raises(AirflowFailException, match="'kp_no_servers' .Extra. has no bootstrap.servers"):
         existing_cluster({"kafka_conn_id": "kp_no_servers"})
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Mapping
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import NodeLink
+from ..spec.connection import redacted
 from . import procs, state
 from .heal import heal_recorded
 from .process import ProcessRef
@@ -216,6 +217,7 @@ class StatefulCluster(KafkaViews, ProxyFleet):
             entry["kafka_version"] = versions[entry["id"]]
         return {"name": self.name, **self.status_fields(st), "cluster_id": st.get("cluster_id"),
                 "bootstrap_servers": self.bootstrap_servers(), "proxy": bool(st.get("proxy")),
+                "client_connection": redacted(self.client_config()),
                 "direct_bootstrap": self.direct_bootstrap(), "active_controller": self.active_controller(),
                 "nodes": nodes, "topics": topics,
                 "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")}

@@ -25,6 +25,7 @@ from typing import Any, Collection, Mapping
 
 from .. import logs
 from ..errors import ClusterError, FaultError
+from ..spec.connection import PROXY_ON_TLS, security_protocol, uses_tls
 from ..spec.faults import PROXY_KINDS
 from . import state
 from .base import StatefulCluster
@@ -32,18 +33,39 @@ from .proxies import front_with_proxies
 
 log = logging.getLogger(__name__)
 
+AUTH_ERRORS = frozenset({"_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED"})
 NOT_OWNED = ("kafkaproof does not own the brokers of an existing cluster: only proxy faults "
              "(lost_ack, error, latency, proxy_bandwidth, reset, blackhole) and consumer faults apply")
 
 
-def discover_brokers(bootstrap: str, timeout_s: float = 15.0) -> tuple[dict[int, tuple[str, int]], str | None]:
-    """({broker id: (host, port)}, cluster id) from the metadata of `bootstrap`; ClusterError if unreachable."""
+def discover_brokers(bootstrap: str, timeout_s: float = 15.0, client_config: Mapping[str, Any] | None = None,
+                     ) -> tuple[dict[int, tuple[str, int]], str | None]:
+    """({broker id: (host, port)}, cluster id) from the metadata of `bootstrap`; ClusterError if unreachable.
+
+    A failed authentication or TLS handshake fails at once with the broker's reason, not after `timeout_s`.
+    """
     from confluent_kafka.admin import AdminClient
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": logs.librdkafka_logger(), "log_level": 2})
-    try:
-        md = admin.list_topics(timeout=timeout_s)
-    except Exception as e:  # KafkaException: the message says what failed
-        raise ClusterError(f"cannot read metadata from the existing cluster at {bootstrap}: {e}") from e
+    refusals: list[str] = []  # librdkafka reports failed authentications and handshakes to error_cb only
+
+    def on_error(err) -> None:
+        if err.name() in AUTH_ERRORS:
+            refusals.append(err.str())
+
+    admin = AdminClient({**(client_config or {}), "bootstrap.servers": bootstrap, "error_cb": on_error,
+                         "logger": logs.librdkafka_logger(), "log_level": 2})
+    where = f"the existing cluster at {bootstrap} ({security_protocol(client_config or {})})"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            md = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+            break
+        except Exception as e:  # KafkaException: the message says what failed
+            admin.poll(0)
+            if refusals:
+                raise ClusterError(f"{where} refused kafkaproof's client: {refusals[0]} (check the client config: "
+                                   f"security.protocol, sasl.mechanism, user and password, ssl.ca.location)") from e
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"cannot read metadata from {where}: {e}") from e
     if not md.brokers:
         raise ClusterError(f"the cluster at {bootstrap} reports no brokers")
     return {b.id: (b.host, b.port) for b in md.brokers.values()}, md.cluster_id
@@ -90,19 +112,24 @@ class ExternalCluster(StatefulCluster):
             raise ClusterError(f"cluster {name!r} is a local cluster, not an existing one")
 
     @classmethod
-    def up(cls, bootstrap: str, name: str, proxy: bool = True,
-           proxy_host: str = "127.0.0.1", timeout_s: float = 30.0) -> "ExternalCluster":
-        """Attach to the cluster at `bootstrap`; with `proxy`, front it with one fault proxy per
-        broker and wait until clients get through them."""
+    def up(cls, bootstrap: str, name: str, proxy: bool = True, proxy_host: str = "127.0.0.1",
+           timeout_s: float = 30.0, client_config: Mapping[str, Any] | None = None) -> "ExternalCluster":
+        """Attach to the cluster at `bootstrap`, connecting with `client_config` (security settings,
+        librdkafka names); with `proxy`, front it with one fault proxy per broker and wait until
+        clients get through them."""
         if state.state_path(name).exists():
             raise ClusterError(f"a cluster named {name!r} is already up; `kafkaproof cluster down --name {name}` first")
-        brokers, cluster_id = discover_brokers(bootstrap, timeout_s)
+        client_config = dict(client_config or {})
+        if proxy and uses_tls(client_config):
+            raise ClusterError(PROXY_ON_TLS.format(protocol=security_protocol(client_config)))
+        brokers, cluster_id = discover_brokers(bootstrap, timeout_s, client_config)
         nodes = (plan_proxied_nodes(brokers, proxy_host, free_ports(proxy_host, len(brokers))) if proxy
                  else plan_proxied_nodes(brokers, None))
         with state.locked(name):
             state.save_state(name, {
                 "name": name, "backend": "external", "network": "external", "proxy": proxy,
                 "bootstrap": bootstrap, "cluster_id": cluster_id, "kafka_version": None,
+                "client_config": client_config,
                 "nodes": nodes, "faults": [], "created_wall": time.time()})
         cluster = cls(name)
         try:
@@ -183,6 +210,10 @@ class ExternalCluster(StatefulCluster):
     def direct_bootstrap(self, avoid: Collection[int] = ()) -> str:
         """The bootstrap servers the user gave: never through a proxy (kafkaproof isolates no node here)."""
         return self.state()["bootstrap"]
+
+    def direct_client_config(self) -> dict[str, Any]:
+        """The user's connection config: kafkaproof's own clients reach the brokers as every client does."""
+        return self.client_config()
 
     def bootstrap_servers(self) -> str:
         """What clients use: the proxies, or the given bootstrap servers without them."""

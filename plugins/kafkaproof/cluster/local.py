@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
-from ..spec.cluster import JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, plan_link, new_cluster_id, node_properties, plan_nodes, render_properties
+from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
+                            plan_nodes, render_properties, scram_format_args)
 from ..spec.faults import CLOCK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, network, process, procs, state
 from .base import START_MARKER, StatefulCluster
 from .install import KafkaDistribution, ensure_kafka
 from .process import ProcessRef
+from .security import provision_security, write_client_properties
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class LocalCluster(StatefulCluster):
                   "jit": config.jit,
                   "proxy": config.proxy,
                   "clock": config.clock,
+                  "client_security": config.client_security,
                   "config": config.node_layout(),
                   "nodes": nodes, "faults": [], "created_wall": time.time()}
             state.save_state(config.name, st)
@@ -128,24 +131,31 @@ class LocalCluster(StatefulCluster):
         if st["network"] == "netns":
             for node in st["nodes"]:
                 network.create_link(NodeLink.from_json(node["link"]))
+        if config.client_security != "PLAINTEXT":
+            with state.update_state(self.name) as st:
+                st["security"], st["client_config"] = provision_security(config, st["nodes"], workdir)
+            path = write_client_properties(workdir, st["client_config"], self.bootstrap_servers())
+            log.info("cluster %s: CLIENT listeners use %s; the client config is %s", self.name,
+                     config.client_security, path)
         for node in st["nodes"]:
             ndir = workdir / f"node-{node['id']}"
             if ndir.exists():
                 shutil.rmtree(ndir)
             (ndir / "data").mkdir(parents=True)
-            props = node_properties(config, node, st["nodes"], ndir, self.dist.major)
+            props = node_properties(config, node, st["nodes"], ndir, self.dist.major, st.get("security"))
             (ndir / "server.properties").write_text(render_properties(props))
+        extra = scram_format_args(st.get("security"))
         with ThreadPoolExecutor(max_workers=len(st["nodes"])) as pool:  # each format is a JVM start
-            list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"]), st["nodes"]))
+            list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"], extra), st["nodes"]))
         for node in st["nodes"]:  # proxies first: brokers advertise them from their first registration
             if node.get("proxy"):
                 self.start_proxy(node["id"])
         for node in st["nodes"]:
             self.start_node(node["id"])
 
-    def _format(self, ndir: Path, cluster_id: str) -> None:
+    def _format(self, ndir: Path, cluster_id: str, extra: list[str] = ()) -> None:
         cmd = self.dist.java_command("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                     "-c", str(ndir / "server.properties"), "--ignore-formatted", heap="128m",
+                                     "-c", str(ndir / "server.properties"), "--ignore-formatted", *extra, heap="128m",
                                      jvm_opts=JIT_MODES["quick"])
         # The pool threads outlive the format; a crash of this process kills it at once.
         proc = subprocess.run(process.die_with_parent(cmd), capture_output=True, text=True)
@@ -206,9 +216,11 @@ class LocalCluster(StatefulCluster):
         ns = node["link"]["namespace"] if node.get("link") else None
         st = self.state()
         # A cluster started before the jit setting existed ran its nodes with the JVM's default.
+        jvm_opts = JIT_MODES[st.get("jit", "full")]
+        if st.get("security"):
+            jvm_opts += (f"-Djdk.net.hosts.file={st['security']['hosts_file']}",)
         cmd = network.netns_prefix(ns) + self._node_dist(node).java_command(
-            "kafka.Kafka", str(ndir / "server.properties"), heap=st.get("heap", "512m"),
-            jvm_opts=JIT_MODES[st.get("jit", "full")])
+            "kafka.Kafka", str(ndir / "server.properties"), heap=st.get("heap", "512m"), jvm_opts=jvm_opts)
         logf = open(ndir / "server.log", "ab")
         logf.write(f"\n{START_MARKER} {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
         logf.flush()
@@ -238,7 +250,7 @@ class LocalCluster(StatefulCluster):
         dist = ensure_kafka(version)
         st, node = self.state(), self.node(node_id)
         config = ClusterConfig.from_layout(self.name, st["config"], version)
-        props = node_properties(config, node, st["nodes"], self.node_dir(node_id), dist.major)
+        props = node_properties(config, node, st["nodes"], self.node_dir(node_id), dist.major, st.get("security"))
         props.update(settings)
         (self.node_dir(node_id) / "server.properties").write_text(render_properties(props))
         self._record_node_change(node_id, version, settings, kafka_libs=str(dist.libs), kafka_source=dist.source)

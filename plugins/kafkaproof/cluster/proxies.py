@@ -147,7 +147,8 @@ class ProxyFleet:
                 client.call("ping")
             finally:
                 client.close()
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers(), "logger": logs.librdkafka_logger(),
+        admin = AdminClient({**self.client_config(), "bootstrap.servers": self.bootstrap_servers(),
+                             "logger": logs.librdkafka_logger(),
                              "log_level": 2})
         try:
             md = admin.list_topics(timeout=timeout_s)

@@ -42,18 +42,31 @@ class KafkaViews:
                         if "broker" in n["roles"])
 
     def direct_bootstrap(self, avoid: Collection[int] = ()) -> str:
-        """Bootstrap that never crosses a fault proxy: the INTERNAL listeners with --proxy, else the clients'.
+        """Bootstrap that never crosses a fault proxy: the INTERNAL listeners with --proxy or a secured
+        CLIENT listener, else the clients'.
 
         A client bootstrapped here gets INTERNAL addresses in metadata, so all its
-        connections stay direct. kafkaproof's admin client and the audit drain use it.
+        connections stay direct (and need no credentials: INTERNAL is plaintext).
+        kafkaproof's admin client and the audit drain use it, with `direct_client_config()`.
         Nodes in `avoid` are left out unless that would leave none.
         """
         st = self.state()
         brokers = [n for n in st["nodes"] if "broker" in n["roles"]]
         brokers = [n for n in brokers if n["id"] not in avoid] or brokers
-        if not st.get("proxy"):
+        if not st.get("proxy") and not st.get("client_config"):
             return ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in brokers)
         return ",".join(f"{n['host']}:{n['internal_port']}" for n in brokers)
+
+    def client_config(self) -> dict[str, Any]:
+        """How clients connect at `bootstrap_servers()`: the secured listener's settings (empty: plaintext).
+
+        Holds credentials: for clients only, never for a manifest (`spec.connection.redacted`).
+        """
+        return dict(self.state().get("client_config") or {})
+
+    def direct_client_config(self) -> dict[str, Any]:
+        """How kafkaproof's own clients connect at `direct_bootstrap()`: the INTERNAL listener is plaintext."""
+        return {}
 
     def isolated_nodes(self) -> set[int]:
         """Nodes an active `isolate` fault cuts off from everything, kafkaproof's own clients included."""
@@ -69,7 +82,7 @@ class KafkaViews:
         bootstrap = self.direct_bootstrap(avoid=self.isolated_nodes())
         if self._admin is None or self._admin_bootstrap != bootstrap:
             self._admin_bootstrap = bootstrap
-            self._admin = AdminClient({"bootstrap.servers": bootstrap,
+            self._admin = AdminClient({**self.direct_client_config(), "bootstrap.servers": bootstrap,
                                        "socket.connection.setup.timeout.ms": 3000,
                                        "reconnect.backoff.max.ms": 1000,
                                        # Connection refusals while nodes start or are faulted are expected.

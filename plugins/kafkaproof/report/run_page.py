@@ -313,6 +313,11 @@ def section_explanation(v: RunView) -> Markup:
     return tag("div", parts, class_="explanation") if parts else Markup("")
 
 
+def connection_text(connection: Mapping[str, Any]) -> str:
+    """Pure: a secured cluster's connection as the manifest has it (credentials already `***`)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(connection.items()))
+
+
 def section_environment(v: RunView) -> Markup:
     m = v.data.manifest or {}
     versions = m.get("versions") or {}
@@ -321,6 +326,8 @@ def section_environment(v: RunView) -> Markup:
     left = kv([(k, versions[k]) for k in sorted(versions)] +
               [("host", f"{(m.get('host') or {}).get('hostname', '?')}, {(m.get('host') or {}).get('cpus', '?')} CPUs"),
                ("bootstrap", m.get("bootstrap") or cluster.get("bootstrap_servers") or "–"),
+               *([("client connection", connection_text(m["client_connection"]))]
+                 if m.get("client_connection") else []),
                ("cluster id", cluster.get("cluster_id") or "–"),
                *([("cluster", reuse_text(m["cluster_reuse"]))] if m.get("cluster_reuse") else []),
                *([("random faults", random_schedule_text(m["random_schedule"], m.get("run_id") or ""))]

@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any, Mapping
 
 from ..errors import ClusterError
 from ..spec import ledger
 
 
-def drain(bootstrap: str, topic: str, isolation: str, timeout_s: float) -> tuple[list[dict], dict[int, dict]]:
-    """Read every partition of `topic` from the beginning to its high watermark with a fresh reader."""
+def drain(bootstrap: str, topic: str, isolation: str, timeout_s: float,
+          connection: Mapping[str, Any] | None = None) -> tuple[list[dict], dict[int, dict]]:
+    """Read every partition of `topic` from the beginning to its high watermark with a fresh reader
+    (connecting with `connection`, the cluster's security settings)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kp-audit-{uuid.uuid4().hex[:8]}",
+    consumer = Consumer({**(connection or {}), "bootstrap.servers": bootstrap, "group.id": f"kp-audit-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "isolation.level": isolation, "log_level": 3,
                          "enable.partition.eof": False})
     try:
@@ -44,10 +47,11 @@ def drain(bootstrap: str, topic: str, isolation: str, timeout_s: float) -> tuple
         consumer.close()
 
 
-def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 15) -> dict[int, int]:
+def high_watermarks(bootstrap: str, topic: str, connection: Mapping[str, Any] | None = None,
+                    timeout_s: float = 15) -> dict[int, int]:
     """High watermark of every partition of a topic."""
     from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kp-marks-{uuid.uuid4().hex[:8]}",
+    consumer = Consumer({**(connection or {}), "bootstrap.servers": bootstrap, "group.id": f"kp-marks-{uuid.uuid4().hex[:8]}",
                          "log_level": 3})
     try:
         md = consumer.list_topics(topic, timeout=timeout_s)

@@ -33,6 +33,7 @@ from ..spec import ledger
 from ..spec.clients import (ClientConfigError, apply_overrides, effective_clients, environment_overrides,
                             producer_settings)
 from ..spec.cluster import cluster_config
+from ..spec.connection import redacted
 from ..spec.scenario import Scenario
 from .assemble import (assemble_consumer_tables, assemble_sends, collect_proxy_events, fault_rows,
                        proxy_event_rows)
@@ -60,6 +61,7 @@ class RunOptions:
     kafka_version: str | None = None
     brokers: int | None = None  # override cluster.brokers (local clusters only)
     bootstrap: str | None = None  # an existing cluster instead of a local one
+    client_config: dict | None = None  # how clients connect to it (security settings; spec.connection)
     cluster_name: str | None = None
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
     progress_interval_s: float = 2.0
@@ -228,12 +230,14 @@ class ScenarioRun:
             with self.phase("provision"):
                 self.cluster = ExternalCluster.up(self.options.bootstrap,
                                                   self.options.cluster_name or f"ext-{uuid.uuid4().hex[:6]}",
-                                                  proxy=bool(data["cluster"].get("proxy")))
+                                                  proxy=bool(data["cluster"].get("proxy")),
+                                                  client_config=self.options.client_config)
             stack.callback(self._teardown)
         stack.callback(self._collect_proxy_events)  # before the logs are copied and the cluster goes
         self.bootstrap = self.cluster.bootstrap_servers()
         self.direct_bootstrap = self.cluster.direct_bootstrap()
         self.manifest["cluster"] = self.cluster.status()
+        self.manifest["client_connection"] = redacted(self.cluster.client_config())
         t = data["topic"]
         if t["create"]:
             with self.phase("create_topic"):
@@ -300,7 +304,8 @@ class ScenarioRun:
         stack.callback(events.close)
         workers = Workers(self.work, {"run_id": self.run_id, "out": str(self.work), "topic": topic,
                                       "bootstrap": self.bootstrap, "notify": events.address},
-                          owner=self.run_id, cluster=self.cluster.name if self.cluster else None)
+                          owner=self.run_id, cluster=self.cluster.name if self.cluster else None,
+                          connection=self.cluster.client_config() if self.cluster else None)
         stack.callback(workers.kill_all)
         sampler = SnapshotSampler(self.cluster, topic).start()
         stack.callback(sampler.stop)
@@ -354,7 +359,8 @@ class ScenarioRun:
             workers.stop_consumers()
         with self.phase("drain"):
             for iso in ("read_uncommitted", "read_committed"):
-                rows, marks = drain(self.direct_bootstrap, topic, iso, data["drain"]["timeout_s"])
+                rows, marks = drain(self.direct_bootstrap, topic, iso, data["drain"]["timeout_s"],
+                                    self.cluster.direct_client_config())
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
         sampler.stop()
@@ -387,7 +393,7 @@ class ScenarioRun:
         if not workers.consumers:
             return
         limit = min(deadline, time.monotonic() + self.scenario.data["drain"]["timeout_s"])
-        marks = high_watermarks(self.direct_bootstrap, self.scenario.topic)
+        marks = high_watermarks(self.direct_bootstrap, self.scenario.topic, self.cluster.direct_client_config())
         behind = marks
         while time.monotonic() < limit:
             for i, proc in list(workers.consumers.items()):

@@ -11,22 +11,30 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..cluster import process, procs
 from ..errors import FaultError
+from ..spec.connection import CONNECTION_ENV, java_properties
 from ..spec.versions import DEFAULT_KAFKA_VERSION
 from . import java_driver
 
 WORKLOAD_MODULE = "kafkaproof.run.workload"
 
 
-def worker_env() -> dict[str, str]:
-    """The environment of a Python worker: this process's, with OpenBLAS on one thread.
+def worker_env(connection: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The environment of a worker: this process's, with OpenBLAS on one thread, and the cluster's
+    connection config (`CONNECTION_ENV`, JSON in the worker's client's names) if it has one.
 
     pyarrow imports numpy, whose OpenBLAS starts a spinning thread per core: a worker does no linear
-    algebra, and those threads took about 3% of a producer's CPU from the client and the brokers."""
-    return {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    algebra, and those threads took about 3% of a producer's CPU from the client and the brokers.
+    The connection config travels in the environment, not in the spec file, because it holds
+    credentials and the spec files stay in the run directory."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    env.pop(CONNECTION_ENV, None)
+    if connection:
+        env[CONNECTION_ENV] = json.dumps(dict(connection))
+    return env
 
 
 class WorkerEvents:
@@ -92,8 +100,10 @@ class Workers:
     whatever is left.
     """
 
-    def __init__(self, work: Path, base_spec: dict, owner: str, cluster: str | None = None):
+    def __init__(self, work: Path, base_spec: dict, owner: str, cluster: str | None = None,
+                 connection: Mapping[str, Any] | None = None):
         self.work = work
+        self.connection = dict(connection or {})
         self.base = {**base_spec, "parent_pid": os.getpid()}
         self.owner, self.cluster = owner, cluster
         self.producers: dict[int, subprocess.Popen] = {}
@@ -110,11 +120,13 @@ class Workers:
         path.write_text(json.dumps(spec))
         if client == "java":
             cmd = java_driver.command(role, path, version or DEFAULT_KAFKA_VERSION)
+            connection = java_properties(self.connection)
         else:
             cmd = [sys.executable, "-m", WORKLOAD_MODULE, role, str(path)]
+            connection = self.connection
         errf = open(self.work / f"{name}.stderr.log", "ab")
         proc = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work,
-                                start_new_session=True, env=worker_env())
+                                start_new_session=True, env=worker_env(connection))
         errf.close()
         try:
             procs.register(self.owner, name, process.ref_for(proc.pid), cluster=self.cluster, command=cmd)

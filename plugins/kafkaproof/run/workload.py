@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..paths import write_text_atomic
+from ..spec.connection import CONNECTION_ENV
 from ..spec.ledger import CONSUMER_EVENTS, PAYLOAD_PREFIX, READS, decode_value_id, make_value_id
 
 SEND_STREAM = pa.schema([("value_id", pa.int64()), ("producer", pa.int32()), ("producer_pid", pa.int32()),
@@ -217,6 +218,11 @@ def read_stream(path: Path, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
+def connection_config() -> dict[str, Any]:
+    """The cluster's connection config the runner put in this worker's environment (empty: plaintext)."""
+    return json.loads(os.environ.get(CONNECTION_ENV) or "{}")
+
+
 def write_progress(path: Path, counters: dict) -> None:
     write_text_atomic(path, json.dumps(counters))
 
@@ -372,7 +378,7 @@ def run_producer(spec: dict) -> int:
         completions.flush()
         txns.flush()
 
-    conf = {"bootstrap.servers": spec["bootstrap"], "log_level": 3, **spec.get("config", {})}
+    conf = {**connection_config(), "bootstrap.servers": spec["bootstrap"], "log_level": 3, **spec.get("config", {})}
     if txn:
         conf.setdefault("transactional.id", f"kp-{run_id}-p{index}")
     producer = Producer(conf)
@@ -519,7 +525,8 @@ def run_consumer(spec: dict) -> int:
         if ok:
             notifier.send(consumer=index, incarnation=inc, event="commit", ts_ns=time.monotonic_ns())
 
-    conf = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"], "auto.offset.reset": "earliest",
+    conf = {**connection_config(), "bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
+            "auto.offset.reset": "earliest",
             "enable.auto.commit": strategy == "auto", "isolation.level": spec.get("isolation_level", "read_committed"),
             "on_commit": on_commit, "log_level": 3, **spec.get("config", {})}
     consumer = Consumer(conf)

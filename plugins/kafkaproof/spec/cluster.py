@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ClusterError
+from .connection import PROXY_ON_TLS, SASL_MECHANISMS, SECURITY_PROTOCOLS
 from .versions import DEFAULT_KAFKA_VERSION
 
 CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT = 9092, 9093, 9094
@@ -65,6 +66,8 @@ class ClusterConfig:
     image: str | None = None  # compose: the Kafka image (None: kafkaproof/kafka:<kafka_version>, built locally)
     compose_file: str | None = None  # compose: the user's own file instead of compose/<topology>.yml
     clock: bool = False  # local: nodes run under libfaketime, so clock faults can shift their clocks
+    client_security: str = "PLAINTEXT"  # local: the CLIENT listener's protocol (INTERNAL and CONTROLLER stay plaintext)
+    sasl_mechanism: str = "SCRAM-SHA-256"  # local, with a SASL protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 
     def validate(self) -> "ClusterConfig":
         check_cluster_name(self.name)
@@ -85,11 +88,26 @@ class ClusterConfig:
         if self.clock and self.backend != "local":
             raise ClusterError(f"clock: only the local backend starts its nodes under libfaketime "
                                f"(backend is {self.backend})")
+        self._validate_security()
         for node_id in self.node_config:
             if node_id not in self.node_ids():
                 raise ClusterError(f"node_config names node {node_id}, which this cluster does not have "
                                    f"(nodes: {self.node_ids()})")
         return self
+
+    def _validate_security(self) -> None:
+        if self.client_security not in SECURITY_PROTOCOLS:
+            raise ClusterError(f"client_security must be one of {', '.join(SECURITY_PROTOCOLS)}, "
+                               f"got {self.client_security!r}")
+        if self.client_security == "PLAINTEXT":
+            return
+        if self.backend != "local":
+            raise ClusterError(f"client_security: only the local backend starts secured listeners (backend is "
+                               f"{self.backend}); for a secured cluster of your own use --bootstrap with --client-config")
+        if self.client_security.startswith("SASL_") and self.sasl_mechanism not in SASL_MECHANISMS:
+            raise ClusterError(f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}")
+        if self.proxy and self.client_security in ("SSL", "SASL_SSL"):
+            raise ClusterError(PROXY_ON_TLS.format(protocol=self.client_security))
 
     @classmethod
     def from_layout(cls, name: str, layout: Mapping[str, Any], kafka_version: str) -> "ClusterConfig":
@@ -172,9 +190,40 @@ def new_cluster_id() -> str:
             return cid
 
 
+def client_listener_properties(security: Mapping[str, Any], node_id: int, broker: bool) -> dict[str, Any]:
+    """Pure: the properties of a secured CLIENT listener (`security`: a state file's section, see
+    `cluster.security`): a PEM key store for TLS, the mechanism and its users for SASL."""
+    protocol = security["protocol"]
+    props: dict[str, Any] = {"listener.security.protocol.map": f"CLIENT:{protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"}
+    if not broker:
+        return props
+    if protocol in ("SSL", "SASL_SSL"):
+        props["listener.name.client.ssl.keystore.type"] = "PEM"
+        props["listener.name.client.ssl.keystore.location"] = security["keystores"][str(node_id)]
+    if protocol.startswith("SASL_"):
+        mechanism = security["mechanism"]
+        props["listener.name.client.sasl.enabled.mechanisms"] = mechanism
+        if mechanism == "PLAIN":
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in security["users"].items())
+            module = "org.apache.kafka.common.security.plain.PlainLoginModule required " + users
+        else:  # SCRAM: the credentials are in the metadata log (`kafka-storage format --add-scram`)
+            module = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+        props[f"listener.name.client.{mechanism.lower()}.sasl.jaas.config"] = module + ";"
+    return props
+
+
+def scram_format_args(security: Mapping[str, Any] | None) -> list[str]:
+    """Pure: the storage tool's `--add-scram` arguments that create a SCRAM listener's users."""
+    if not security or not str(security.get("mechanism", "")).startswith("SCRAM") \
+            or not security["protocol"].startswith("SASL_"):
+        return []
+    return [arg for user, pw in security["users"].items()
+            for arg in ("--add-scram", f"{security['mechanism']}=[name={user},password={pw}]")]
+
+
 def node_properties(config: ClusterConfig, node: dict, nodes: list[dict], workdir: Path,
-                    kafka_major: int) -> dict[str, Any]:
-    """Pure: the server.properties of one node."""
+                    kafka_major: int, security: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Pure: the server.properties of one node (`security`: its secured CLIENT listener, if any)."""
     by_id = {n["id"]: n for n in nodes}
     voters = ",".join(f"{v}@{by_id[v]['host']}:{by_id[v]['controller_port']}" for v in config.controller_ids())
     roles = config.roles(node["id"])
@@ -201,6 +250,8 @@ def node_properties(config: ClusterConfig, node: dict, nodes: list[dict], workdi
             props["controller.quorum.election.timeout.ms"] = 1000
     if "controller" in roles and "broker" not in roles:
         props["advertised.listeners"] = f"CONTROLLER://{node['host']}:{node['controller_port']}"
+    if security:
+        props.update(client_listener_properties(security, node["id"], "broker" in roles))
     props.update(default_broker_config(config.brokers))
     props.update({k: v for k, v in config.broker_config.items()})
     props.update(config.node_config.get(node["id"], {}))

@@ -94,6 +94,19 @@ def test_run_report_violation_in_plain_sentences(tmp_path, history_url):
 
 
 @pytest.mark.unit
+def test_run_report_shows_a_secured_clusters_connection_as_the_manifest_has_it(tmp_path, history_url):
+    from kafkaproof.spec import ledger
+    rd = make_run(tmp_path)
+    manifest = ledger.read_manifest(rd)
+    manifest["client_connection"] = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+                                      "sasl.username": "kafkaproof", "sasl.password": "***"}
+    ledger.write_manifest(rd, manifest)
+    cluster = text_of(section(run_page.write_run_report(rd, history_url=history_url).read_text(), "cluster"))
+    assert ("client connection sasl.mechanism=SCRAM-SHA-256, sasl.password=***, sasl.username=kafkaproof, "
+            "security.protocol=SASL_SSL") in cluster
+
+
+@pytest.mark.unit
 def test_run_report_without_analysis_says_so(tmp_path, history_url):
     """The report reads the analysis and never redoes it: without one, every number it would show says why not."""
     rd = make_run(tmp_path, analysis=False, validation=False)

@@ -78,12 +78,15 @@ final class ConsumerWorker {
         this.notifier = new Notifier(spec.str("notify", null));
     }
 
-    /** Properties the consumer is created with: defaults, the scenario's config, then what the driver owns. */
+    /** Properties the consumer is created with: defaults, the cluster's connection, the scenario's config, then what the driver owns. */
     static Properties properties(Spec spec) {
         Properties p = new Properties();
         p.setProperty(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         if (spec.has("batch")) {
             p.setProperty(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Long.toString(spec.lng("batch", 500)));
+        }
+        for (Map.Entry<String, Object> e : Spec.connection().entrySet()) {
+            p.setProperty(e.getKey(), Spec.propertyValue(e.getValue()));
         }
         Spec config = spec.sub("config");
         if (config != null) {

@@ -83,9 +83,12 @@ final class ProducerWorker {
         this.notifier = new Notifier(spec.str("notify", null));
     }
 
-    /** Properties the producer is created with: the scenario's config, then what the driver owns. */
+    /** Properties the producer is created with: the cluster's connection, the scenario's config, then what the driver owns. */
     static Properties properties(Spec spec, int index) {
         Properties p = new Properties();
+        for (Map.Entry<String, Object> e : Spec.connection().entrySet()) {
+            p.setProperty(e.getKey(), Spec.propertyValue(e.getValue()));
+        }
         Spec config = spec.sub("config");
         if (config != null) {
             for (Map.Entry<String, Object> e : config.m.entrySet()) {

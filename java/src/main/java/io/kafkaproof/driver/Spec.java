@@ -32,6 +32,23 @@ final class Spec {
         return new Spec((Map<String, Object>) v, path.toString());
     }
 
+    /**
+     * The cluster's connection config (security settings, kafka-clients names) the runner puts in the
+     * environment rather than in the spec file, which stays in the run directory: it holds credentials.
+     */
+    @SuppressWarnings("unchecked")
+    static Map<String, Object> connection() {
+        String json = System.getenv("KAFKAPROOF_CLIENT_CONNECTION");
+        if (json == null || json.isBlank()) {
+            return Collections.emptyMap();
+        }
+        Object v = Json.parse(json);
+        if (!(v instanceof Map)) {
+            throw new SpecException("KAFKAPROOF_CLIENT_CONNECTION must be a JSON object");
+        }
+        return (Map<String, Object>) v;
+    }
+
     /** True when the key is present and not null. */
     boolean has(String key) {
         return m.get(key) != null;

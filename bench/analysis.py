@@ -1,22 +1,27 @@
 """Benchmark of the analysis job on synthetic ledgers with known anomalies.
 
-    PYTHONPATH=plugins .venv/bin/python bench/analysis.py [--values 1000000 10000000] [--workdir DIR]
+    PYTHONPATH=plugins .venv/bin/python bench/analysis.py [--values 1000000 10000000] [--rounds N] [--workdir DIR]
 
 For each size it generates a ledger (vectorised numpy/pyarrow: 8 partitions, 4
 producers, one consumer per partition), injects a known number of anomalies of
 every kind in separate partitions so their counts do not interfere, runs
-`spark-submit spark/analyze.py` on local[2], checks every count exactly and prints
-values, seconds and values/s. Exit status 1 when a count is off.
+`spark-submit spark/analyze.py` on local[2] `--rounds` times on the same ledger, checks every
+count exactly and prints per round the wall seconds of spark-submit, the job's own seconds
+(and per phase), the CPU seconds of spark-submit and everything it started, and values/s; then
+the median per size. Exit status 1 when a count is off.
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -259,44 +264,67 @@ def write_ledger(ledger: Ledger, run_dir: Path) -> None:
     })
 
 
-def bench(n: int, workdir: Path, master: str) -> tuple[bool, dict[str, float]]:
-    """Generate, analyse and check one size; returns (exact, figures)."""
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children and theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def prepare(n: int, workdir: Path) -> tuple[Path, float]:
+    """Generate and write one size's ledger; (run directory, seconds it took)."""
     run_dir = workdir / f"bench-{n}"
     shutil.rmtree(run_dir, ignore_errors=True)
     t = time.monotonic()
-    ledger = generate(n)
-    write_ledger(ledger, run_dir)
-    gen_s = time.monotonic() - t
+    write_ledger(generate(n), run_dir)
+    return run_dir, time.monotonic() - t
+
+
+def bench(n: int, run_dir: Path, master: str) -> tuple[bool, dict[str, Any]]:
+    """Analyse and check one size's ledger once; returns (exact, figures)."""
+    cpu = children_cpu_s()
     t = time.monotonic()
     metrics = analyze(run_dir, master=master, quiet=True)
     job_s = time.monotonic() - t
+    cpu_s = children_cpu_s() - cpu
     want = expected_counts()
     got = metrics["counts"]
     wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     for k, (g, w) in wrong.items():
         print(f"  MISMATCH {k}: found {g}, injected/expected {w}")
-    figures = {"values": n, "generate_s": round(gen_s, 1), "spark_submit_s": round(job_s, 1),
-               "job_s": metrics.get("job_seconds"), "values_per_s": round(n / job_s)}
+    figures = {"values": n, "spark_submit_s": round(job_s, 1), "job_s": metrics.get("job_seconds"),
+               "cpu_s": round(cpu_s, 1), "values_per_s": round(n / job_s), "phases": metrics.get("job_phases") or {}}
     return not wrong, figures
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--values", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--rounds", type=int, default=1, help="analyses of each size's ledger (default 1)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--keep", action="store_true", help="keep the generated run directories")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kafkaproof-bench-"))
     ok_all = True
-    print(f"{'values':>12} {'generate s':>11} {'spark-submit s':>15} {'job s':>8} {'values/s':>10}  exact")
+    print(f"{'values':>12} {'round':>5} {'spark-submit s':>15} {'job s':>8} {'CPU s':>7} {'values/s':>10}  exact  "
+          f"phases (s)")
     for n in args.values:
-        ok, f = bench(n, workdir, args.master)
-        ok_all &= ok
-        print(f"{f['values']:>12,} {f['generate_s']:>11} {f['spark_submit_s']:>15} {f['job_s']:>8} "
-              f"{f['values_per_s']:>10,}  {'yes' if ok else 'NO'}", flush=True)
+        run_dir, gen_s = prepare(n, workdir)
+        print(f"{n:>12,} ledger generated in {gen_s:.1f} s", flush=True)
+        rounds = []
+        for i in range(1, args.rounds + 1):
+            ok, f = bench(n, run_dir, args.master)
+            ok_all &= ok
+            rounds.append(f)
+            phases = " ".join(f"{k}={v:.1f}" for k, v in f["phases"].items())
+            print(f"{n:>12,} {i:>5} {f['spark_submit_s']:>15} {f['job_s']:>8} {f['cpu_s']:>7} "
+                  f"{f['values_per_s']:>10,}  {'yes' if ok else 'NO':<5}  {phases}", flush=True)
+        if len(rounds) > 1:
+            med = {k: statistics.median(r[k] for r in rounds) for k in ("spark_submit_s", "job_s", "cpu_s")}
+            print(f"{n:>12,} {'med':>5} {med['spark_submit_s']:>15} {med['job_s']:>8} {med['cpu_s']:>7} "
+                  f"{round(n / med['spark_submit_s']):>10,}", flush=True)
         if not args.keep:
-            shutil.rmtree(workdir / f"bench-{n}", ignore_errors=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
     return 0 if ok_all else 1
 
 

@@ -6,6 +6,11 @@ directory it reads the ledger (see docs/ledger-schema.md) and writes
 ``timeseries.parquet`` and ``metrics.json``. Every definition is documented in
 docs/analysis.md; keep the two in step.
 
+A run directory is a local path or a URI of any Hadoop filesystem the application can reach
+(``file://``, ``hdfs://``, ``s3a://``, ``viewfs://``...): the job reads and writes everything
+through Spark and Hadoop's FileSystem API (`RunStore`), never through the driver's own disk, so
+it also runs with ``--deploy-mode cluster``.
+
 Self-contained on purpose (pyspark + stdlib only): spark-submit ships this one file.
 Importable for tests: nothing runs at import time.
 """
@@ -15,13 +20,11 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -162,7 +165,7 @@ class PartitionAudit:
 class RunContext:
     """What the job needs from manifest.json, parsed into plain Python."""
 
-    run_dir: Path
+    run_dir: str
     run_id: str
     t0_ns: int | None
     partitions: list[PartitionAudit]
@@ -276,7 +279,7 @@ def clients_from_scenario(scenario: Mapping[str, Any]) -> dict[str, list[dict[st
     return {"producers": prods, "consumers": cons}
 
 
-def build_context(run_dir: Path, manifest: Mapping[str, Any]) -> RunContext:
+def build_context(run_dir: str, manifest: Mapping[str, Any]) -> RunContext:
     """Parse the manifest facts the job relies on (documented in docs/analysis.md).
 
     What each client ran with comes from the manifest's `clients` section (resolved once by the
@@ -302,8 +305,8 @@ def build_context(run_dir: Path, manifest: Mapping[str, Any]) -> RunContext:
     t0 = clock.get("monotonic_origin_ns")
     delivery = (scenario.get("claims") or {}).get("delivery")
     return RunContext(
-        run_dir=Path(run_dir),
-        run_id=str(manifest.get("run_id", Path(run_dir).name)),
+        run_dir=str(run_dir),
+        run_id=str(manifest.get("run_id", location_name(str(run_dir)))),
         t0_ns=None if t0 is None else int(t0),
         partitions=parse_partitions(manifest.get("audit")),
         producer_acks=producer_acks,
@@ -356,11 +359,11 @@ def _second(ts: Column, t0: int) -> Column:
     return F.floor((ts - F.lit(t0)) / F.lit(NS_PER_S)).cast("long")
 
 
-def load_table(spark: SparkSession, run_dir: Path, name: str) -> DataFrame:
+def load_table(spark: SparkSession, store: "RunStore", run_dir: str, name: str) -> DataFrame:
     """Read ledger table `name`; missing optional tables read as empty."""
-    path = run_dir / f"{name}.parquet"
-    if path.exists():
-        return spark.read.schema(SCHEMAS[name]).parquet(str(path))
+    path = f"{run_dir}/{name}.parquet"
+    if store.exists(path):
+        return spark.read.schema(SCHEMAS[name]).parquet(path)
     if name in REQUIRED_TABLES:
         raise AnalysisInputError(f"{path}: ledger table missing; the run is incomplete")
     return spark.createDataFrame([], SCHEMAS[name])
@@ -1282,21 +1285,99 @@ def exercise_results(faults: Sequence[Mapping[str, Any]], conditions: Sequence[M
 
 # --------------------------------------------------------------------------- driver
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "manifest.json"
-    if not path.exists():
+def location(run_dir: str) -> str:
+    """Pure: a run directory as the job addresses it: a URI as given, a local path as an absolute
+    `file:` URI (so a cluster whose default filesystem is HDFS still reads it locally)."""
+    text = str(run_dir).rstrip("/") or "/"
+    if "://" in text or text.startswith("file:"):
+        return text
+    return "file://" + os.path.abspath(text)
+
+
+def location_name(uri: str) -> str:
+    """Pure: the last segment of a location (the run id of a run directory)."""
+    return uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+class RunStore:
+    """Files of the job through Hadoop's FileSystem API (whatever scheme a location has).
+
+    The driver never opens a run directory itself: on a cluster, or with `--deploy-mode cluster`,
+    its own disk is not where the runs are.
+    """
+
+    def __init__(self, spark: SparkSession):
+        self._jvm = spark.sparkContext._jvm
+        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _fs(self, uri: str):
+        path = self._jvm.org.apache.hadoop.fs.Path(uri)
+        return path, path.getFileSystem(self._conf)
+
+    def exists(self, uri: str) -> bool:
+        path, fs = self._fs(uri)
+        return bool(fs.exists(path))
+
+    def read_text(self, uri: str) -> str:
+        path, fs = self._fs(uri)
+        stream = fs.open(path)
+        try:
+            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+
+    def write_text(self, uri: str, text: str) -> None:
+        path, fs = self._fs(uri)
+        out = fs.create(path, True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+
+    def delete(self, uri: str) -> None:
+        path, fs = self._fs(uri)
+        fs.delete(path, True)
+
+    def replace(self, src: str, dst: str) -> None:
+        """Publish directory `src` as `dst` (an older `dst` goes first)."""
+        self.delete(dst)
+        source, fs = self._fs(src)
+        if not fs.rename(source, self._jvm.org.apache.hadoop.fs.Path(dst)):
+            raise OSError(f"could not rename {src} to {dst}")
+
+    def parquet_rows(self, run_dir: str) -> int:
+        """Rows of the Parquet files (or directories of them) directly in `run_dir`, from their footers."""
+        jvm = self._jvm
+        _, fs = self._fs(run_dir)
+        rows = 0
+        for status in fs.globStatus(jvm.org.apache.hadoop.fs.Path(f"{run_dir}/*.parquet")) or []:
+            files = ([status] if status.isFile() else
+                     [f for f in fs.listStatus(status.getPath()) if f.isFile() and f.getPath().getName().endswith(".parquet")])
+            for f in files:
+                reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
+                    jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromStatus(f, self._conf))
+                try:
+                    rows += reader.getRecordCount()
+                finally:
+                    reader.close()
+        return rows
+
+
+def read_manifest(store: RunStore, run_dir: str) -> dict[str, Any]:
+    path = f"{run_dir}/manifest.json"
+    if not store.exists(path):
         raise AnalysisInputError(f"{path}: no manifest; {run_dir} is not a kafkaproof run directory")
-    return json.loads(path.read_text())
+    return json.loads(store.read_text(path))
 
 
-def _write(df: DataFrame, path: Path, files: int | None = 1, dictionary: bool = True) -> DataFrame:
+def _write(df: DataFrame, path: str, files: int | None = 1, dictionary: bool = True) -> DataFrame:
     """Write `df` as Parquet and return it read back (with its schema: no inference job)."""
     writer = (df.coalesce(files) if files else df).write.mode("overwrite")
     if not dictionary:
         # Mostly unique columns: trying dictionaries first costs a third of the write.
         writer = writer.option("parquet.enable.dictionary", "false")
-    writer.parquet(str(path))
-    return df.sparkSession.read.schema(df.schema).parquet(str(path))
+    writer.parquet(path)
+    return df.sparkSession.read.schema(df.schema).parquet(path)
 
 
 def run_bounds(sends: DataFrame, reads: DataFrame) -> tuple[int | None, int | None]:
@@ -1346,16 +1427,35 @@ def count_and_examples(anomalies: DataFrame) -> tuple[dict[str, int], dict[str, 
     return counts, examples
 
 
-def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]:
-    """Analyse one run directory; writes `<run_dir>/analysis/` and returns the metrics."""
-    started = time.monotonic()
-    run_dir = Path(run_dir).resolve()
-    ctx = build_context(run_dir, read_manifest(run_dir))
-    tables = {name: load_table(spark, run_dir, name) for name in SCHEMAS}
+class PhaseClock:
+    """Seconds per phase of a run's analysis (metrics' `job_phases`), each logged as it ends."""
+
+    def __init__(self, name: str, log) -> None:
+        self.name, self.log = name, log
+        self.started = self.last = time.monotonic()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases[phase] = round(now - self.last, 3)
+        self.last = now
+        self.log(f"[analyze] {self.name}: {phase} ({self.phases[phase]:.1f}s; {now - self.started:.1f}s in all)")
+
+    def total(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
+    """Analyse one run directory (a path or a URI); writes `<run_dir>/analysis/` and returns the metrics."""
+    store = RunStore(spark)
+    run_dir = location(run_dir)
+    name = location_name(run_dir)
+    clock = PhaseClock(name, log)
+    ctx = build_context(run_dir, read_manifest(store, run_dir))
+    tables = {t: load_table(spark, store, run_dir, t) for t in SCHEMAS}
     sends, reads, audit = tables["sends"], tables["reads"], tables["audit"]
-    tmp = run_dir / (ANALYSIS_DIR + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = f"{run_dir}/{ANALYSIS_DIR}.tmp"
+    store.delete(tmp)
 
     fault_rows = [r.asDict() for r in tables["faults"].select(
         "fault_id", "kind", "target", "params", "start_ns", "heal_ns", "effect", "proxy_fired").collect()]
@@ -1366,10 +1466,11 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
                   if x is not None], default=t0)
     last_heal_ns = max([f["heal_ns"] for f in faults if f["heal_ns"] is not None], default=None)
     snapshots = [r.asDict() for r in tables["cluster_snapshots"].collect()]  # one row per partition-second
+    clock.mark("inputs")
 
     values = _write(classify_values(sends, value_observations(audit, reads, ctx), ctx, last_heal_ns),
-                    tmp / "values.parquet", files=None, dictionary=False)
-    log(f"[analyze] {run_dir.name}: values classified ({time.monotonic() - started:.1f}s)")
+                    f"{tmp}/values.parquet", files=None, dictionary=False)
+    clock.mark("values")
 
     anomalies = (value_anomalies(values, ctx)
                  .unionByName(reorder_anomalies(values))
@@ -1386,10 +1487,13 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
                  .withColumn("fault_ids", fault_ids)
                  .withColumn("fault_kinds", F.transform("fault_ids", lambda x: _str_lookup({f["fault_id"]: f["kind"] for f in faults}, x)))
                  .withColumn("fault_targets", F.transform("fault_ids", lambda x: _str_lookup({f["fault_id"]: f["target"] for f in faults}, x))))
-    anomalies = _write(anomalies.orderBy("kind", "partition", "offset", "value_id"), tmp / "anomalies.parquet")
+    # Anomalies are few: one shuffle into one sorted file. A global orderBy would first run the whole
+    # anomaly lineage (window passes included) once more to sample its range bounds.
+    anomalies = _write(anomalies.repartition(1).sortWithinPartitions("kind", "partition", "offset", "value_id"),
+                       f"{tmp}/anomalies.parquet")
     for df in ctx.cached:
         df.unpersist()
-    log(f"[analyze] {run_dir.name}: anomalies found ({time.monotonic() - started:.1f}s)")
+    clock.mark("anomalies")
 
     counts, examples = count_and_examples(anomalies)
     attribution = attribution_metrics(anomalies, writes)
@@ -1401,10 +1505,13 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
          .agg(F.max("incarnation").alias("inc")).collect()},
         aborted_in_log(sends, audit) if any(c["check"] == "aborted_in_log" for c in ctx.exercised) else 0,
         outcomes, t0)
+    clock.mark("counts")
     ts_rows = timeseries_rows(sends, reads, ctx, t0, faults, end_ns)
     spark.createDataFrame(ts_rows, TIMESERIES_SCHEMA).coalesce(1).write.mode("overwrite").parquet(
-        str(tmp / "timeseries.parquet"))
+        f"{tmp}/timeseries.parquet")
+    clock.mark("timeseries")
     latency, latency_by_fault = latency_metrics(values, faults, end_ns)
+    clock.mark("latency")
     attempted = sum(r["attempted"] for r in ts_rows)
     acked = sum(r["acked"] for r in ts_rows)
     windows = unavailability_windows(ts_rows)
@@ -1442,12 +1549,11 @@ def analyze_run(spark: SparkSession, run_dir: Path, log=print) -> dict[str, Any]
             "leaderless_windows": [{**w, "start_s": (w["start_ns"] - t0) / NS_PER_S,
                                     "end_s": (w["end_ns"] - t0) / NS_PER_S} for w in leaderless]}},
     }
-    metrics["job_seconds"] = round(time.monotonic() - started, 3)
-    (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str))
-    final = run_dir / ANALYSIS_DIR
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    log(f"[analyze] {run_dir.name}: done in {metrics['job_seconds']}s; "
+    clock.mark("fault_metrics")
+    metrics["job_seconds"], metrics["job_phases"] = clock.total(), clock.phases
+    store.write_text(f"{tmp}/metrics.json", json.dumps(metrics, indent=2, sort_keys=True, default=str))
+    store.replace(tmp, f"{run_dir}/{ANALYSIS_DIR}")
+    log(f"[analyze] {name}: done in {metrics['job_seconds']}s; "
         + ", ".join(f"{k}={v}" for k, v in counts.items() if v))
     return metrics
 
@@ -1462,12 +1568,6 @@ ROWS_PER_SHUFFLE_PARTITION = 250_000
 MIN_SHUFFLE_PARTITIONS, MAX_SHUFFLE_PARTITIONS = 2, 16
 
 
-def ledger_rows(run_dir: Path) -> int:
-    """Rows of a run's ledger tables, from the Parquet footers (nothing is read)."""
-    import pyarrow.parquet as pq
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in Path(run_dir).glob("*.parquet"))
-
-
 def shuffle_partitions(rows: int) -> int:
     """Pure: shuffle partitions for a ledger of `rows` rows.
 
@@ -1477,13 +1577,18 @@ def shuffle_partitions(rows: int) -> int:
     return max(MIN_SHUFFLE_PARTITIONS, min(MAX_SHUFFLE_PARTITIONS, rows // ROWS_PER_SHUFFLE_PARTITION))
 
 
-def build_session(run_dirs: Sequence[Path] = (), app_name: str = "kafkaproof-analyze") -> SparkSession:
-    """The SparkSession; settings given to spark-submit (--conf) win over these defaults."""
+def build_session(run_dirs: Sequence[str] = (), app_name: str = "kafkaproof-analyze") -> SparkSession:
+    """The SparkSession; settings given to spark-submit (--conf) win over these defaults.
+
+    The shuffle partitions follow the largest ledger (rows from the Parquet footers: nothing is read).
+    """
     builder = SparkSession.builder.appName(app_name)
     spark = builder.getOrCreate()
     conf = spark.sparkContext.getConf()
+    store = RunStore(spark)
+    rows = max((store.parquet_rows(location(d)) for d in run_dirs), default=0)
     defaults = {
-        "spark.sql.shuffle.partitions": str(shuffle_partitions(max((ledger_rows(d) for d in run_dirs), default=0))),
+        "spark.sql.shuffle.partitions": str(shuffle_partitions(rows)),
         "spark.sql.session.timeZone": "UTC",
     }
     for k, v in defaults.items():
@@ -1496,7 +1601,7 @@ def build_session(run_dirs: Sequence[Path] = (), app_name: str = "kafkaproof-ana
 def main(argv: Sequence[str] | None = None) -> int:
     """Analyse each run directory given; exit 1 if any failed, 2 on bad input."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="*", type=Path)
+    parser.add_argument("run_dirs", nargs="*", help="run directories: local paths or URIs (file://, hdfs://, s3a://...)")
     parser.add_argument("--parallel", type=int, default=None,
                         help="run directories analysed concurrently (default: up to 4); small runs are "
                              "dominated by Spark's per-job latency, which concurrent jobs overlap")
@@ -1504,13 +1609,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.run_dirs:  # a batch whose runs all failed: each gets its error verdict without analysis
         print("[analyze] no run directory given: nothing to analyse", flush=True)
         return 0
-    for d in args.run_dirs:
-        if not (d / "manifest.json").exists():
-            print(f"[analyze] error: {d}/manifest.json missing; not a run directory", file=sys.stderr)
-            return 2
     spark = build_session(args.run_dirs)
+    store = RunStore(spark)
+    missing = [d for d in args.run_dirs if not store.exists(f"{location(d)}/manifest.json")]
+    if missing:
+        for d in missing:
+            print(f"[analyze] error: {d}/manifest.json missing; not a run directory", file=sys.stderr)
+        spark.stop()
+        return 2
 
-    def one(d: Path) -> Path | None:
+    def one(d: str) -> str | None:
         try:
             analyze_run(spark, d, log=lambda m: print(m, flush=True))
             return None

@@ -294,7 +294,12 @@ def cmd_scenario_schema(args) -> int:
 
 def cmd_analyze(args) -> int:
     from pathlib import Path
-    from .analysis import analyze
+    from .analysis import analyze, submit
+    from .analysis.submit import is_uri
+    if is_uri(args.run_dir):  # on the Spark application's filesystem (HDFS, S3...): not read here
+        submit([args.run_dir], **({"master": args.master} if args.master else {}))
+        print(f"analysis written to {args.run_dir.rstrip('/')}/analysis")
+        return 0
     metrics = analyze(Path(args.run_dir), master=args.master) if args.master else analyze(Path(args.run_dir))
     anomalies = {k: v for k, v in metrics.get("counts", {}).items() if v}
     print(f"analysis written to {Path(args.run_dir) / 'analysis'}; anomalies: "
@@ -450,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     bt.set_defaults(func=cmd_batch)
 
     an = sub.add_parser("analyze", help="run the Spark analysis of a run directory (spark-submit)")
-    an.add_argument("run_dir")
+    an.add_argument("run_dir", help="a run directory, or its URI on a Hadoop filesystem the Spark application "
+                                    "reaches (hdfs://, s3a://, ...; docs/analysis.md)")
     an.add_argument("--master", help="Spark master (default: $KAFKAPROOF_SPARK_MASTER or local[2])")
     an.set_defaults(func=cmd_analyze)
     va = sub.add_parser("validate", help="Great Expectations verdict of an analysed run; exit 1 when it fails")

@@ -77,15 +77,22 @@ def spark_conf(extra_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
     return conf
 
 
-def spark_submit_argv(run_dirs: Sequence[Path] | Path, master: str = DEFAULT_MASTER, spark_submit: str | None = None,
+def is_uri(location: str | Path) -> bool:
+    """Pure: whether a run location is a URI (`hdfs://...`, `file:/...`) rather than a local path."""
+    text = str(location)
+    return "://" in text or text.startswith("file:")
+
+
+def spark_submit_argv(run_dirs: Sequence[Path | str] | Path | str, master: str = DEFAULT_MASTER, spark_submit: str | None = None,
                       extra_conf: Mapping[str, Any] | None = None, app_args: Sequence[str] = ()) -> list[str]:
-    """The full spark-submit command line analysing `run_dirs`."""
+    """The full spark-submit command line analysing `run_dirs` (local paths, made absolute, or URIs as given)."""
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
     argv = [find_spark_submit(spark_submit), "--master", resolve_master(master), "--name", "kafkaproof-analyze"]
     for k, v in spark_conf(extra_conf).items():
         argv += ["--conf", f"{k}={v}"]
-    return argv + [str(application_path()), *app_args, *[str(Path(d).resolve()) for d in run_dirs]]
+    return argv + [str(application_path()), *app_args,
+                   *[str(d) if is_uri(d) else str(Path(d).resolve()) for d in run_dirs]]
 
 
 def spark_env(base: Mapping[str, str] | None = None, master: str = DEFAULT_MASTER) -> dict[str, str]:
@@ -166,6 +173,18 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def submit(locations: Sequence[Path | str], master: str = DEFAULT_MASTER, spark_submit: str | None = None,
+           extra_conf: Mapping[str, Any] | None = None, parallel: int | None = None, quiet: bool = False) -> None:
+    """Run the job on run directories given as local paths or URIs of any Hadoop filesystem the
+    Spark application reaches (`hdfs://`, `s3a://`, ...); each gets its `analysis/` there.
+
+    Nothing is checked or read on this host: the locations need not be visible here.
+    AnalysisError when the job fails.
+    """
+    app_args = ["--parallel", str(parallel)] if parallel else []
+    _run(spark_submit_argv(list(locations), master, spark_submit, extra_conf, app_args), quiet, master)
+
+
 def analyze_many(run_dirs: Sequence[Path], master: str = DEFAULT_MASTER, spark_submit: str | None = None,
                  extra_conf: Mapping[str, Any] | None = None, parallel: int | None = None,
                  quiet: bool = False) -> dict[Path, dict[str, Any]]:
@@ -174,8 +193,7 @@ def analyze_many(run_dirs: Sequence[Path], master: str = DEFAULT_MASTER, spark_s
     for d in run_dirs:
         if not (d / "manifest.json").exists():
             raise LedgerError(f"{d}/manifest.json: no manifest; {d} is not a kafkaproof run directory")
-    app_args = ["--parallel", str(parallel)] if parallel else []
-    _run(spark_submit_argv(run_dirs, master, spark_submit, extra_conf, app_args), quiet, master)
+    submit(run_dirs, master, spark_submit, extra_conf, parallel, quiet)
     return {d: read_metrics(d) for d in run_dirs}
 
 

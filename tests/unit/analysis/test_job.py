@@ -90,13 +90,19 @@ def test_failed_job_raises_with_output_tail(tmp_path):
 
 
 @pytest.mark.unit
-def test_shuffle_partitions_follow_the_ledger_size(tmp_path):
+def test_shuffle_partitions_follow_the_ledger_size():
     assert [job.shuffle_partitions(n) for n in (0, 20_000, 1_000_000, 4_000_000, 40_000_000)] == [2, 2, 4, 16, 16]
-    pa_table = pytest.importorskip("pyarrow").table({"x": list(range(7))})
-    import pyarrow.parquet as pq
-    pq.write_table(pa_table, tmp_path / "sends.parquet")
-    pq.write_table(pa_table, tmp_path / "reads.parquet")
-    assert job.ledger_rows(tmp_path) == 14
+
+
+@pytest.mark.unit
+def test_run_locations_are_uris_local_paths_become_file_uris(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert job.location("runs/r1/") == f"file://{tmp_path}/runs/r1"
+    assert job.location("hdfs://nn:8020/kp/runs/r1/") == "hdfs://nn:8020/kp/runs/r1"
+    assert job.location("file:/data/r1") == "file:/data/r1"
+    assert job.location_name("s3a://bucket/runs/r1") == "r1"
+    argv = analysis.spark_submit_argv(["runs/r1", "hdfs://nn/runs/r2"], master="local[2]", spark_submit="spark-submit")
+    assert argv[-2:] == [str(tmp_path / "runs" / "r1"), "hdfs://nn/runs/r2"]
 
 
 @pytest.mark.unit

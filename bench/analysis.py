@@ -279,11 +279,11 @@ def prepare(n: int, workdir: Path) -> tuple[Path, float]:
     return run_dir, time.monotonic() - t
 
 
-def bench(n: int, run_dir: Path, master: str) -> tuple[bool, dict[str, Any]]:
+def bench(n: int, run_dir: Path, master: str, conf: dict[str, str] | None = None) -> tuple[bool, dict[str, Any]]:
     """Analyse and check one size's ledger once; returns (exact, figures)."""
     cpu = children_cpu_s()
     t = time.monotonic()
-    metrics = analyze(run_dir, master=master, quiet=True)
+    metrics = analyze(run_dir, master=master, quiet=True, extra_conf=conf)
     job_s = time.monotonic() - t
     cpu_s = children_cpu_s() - cpu
     want = expected_counts()
@@ -303,17 +303,23 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--keep", action="store_true", help="keep the generated run directories")
+    parser.add_argument("--reuse", action="store_true", help="analyse the kept ledger of an earlier --keep run")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting, repeatable")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kafkaproof-bench-"))
+    conf = dict(c.split("=", 1) for c in args.conf)
     ok_all = True
     print(f"{'values':>12} {'round':>5} {'spark-submit s':>15} {'job s':>8} {'CPU s':>7} {'values/s':>10}  exact  "
           f"phases (s)")
     for n in args.values:
-        run_dir, gen_s = prepare(n, workdir)
-        print(f"{n:>12,} ledger generated in {gen_s:.1f} s", flush=True)
+        if args.reuse and (workdir / f"bench-{n}" / "manifest.json").exists():
+            run_dir = workdir / f"bench-{n}"
+        else:
+            run_dir, gen_s = prepare(n, workdir)
+            print(f"{n:>12,} ledger generated in {gen_s:.1f} s", flush=True)
         rounds = []
         for i in range(1, args.rounds + 1):
-            ok, f = bench(n, run_dir, args.master)
+            ok, f = bench(n, run_dir, args.master, conf)
             ok_all &= ok
             rounds.append(f)
             phases = " ".join(f"{k}={v:.1f}" for k, v in f["phases"].items())

@@ -294,10 +294,10 @@ def cmd_scenario_schema(args) -> int:
 
 def cmd_analyze(args) -> int:
     from pathlib import Path
-    from .analysis import analyze, submit
+    from .analysis import analyze, analyze_locations
     from .analysis.submit import is_uri
     if is_uri(args.run_dir):  # on the Spark application's filesystem (HDFS, S3...): not read here
-        submit([args.run_dir], **({"master": args.master} if args.master else {}))
+        analyze_locations([args.run_dir], **({"master": args.master} if args.master else {}))
         print(f"analysis written to {args.run_dir.rstrip('/')}/analysis")
         return 0
     metrics = analyze(Path(args.run_dir), master=args.master) if args.master else analyze(Path(args.run_dir))

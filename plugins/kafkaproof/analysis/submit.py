@@ -45,6 +45,24 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+# A large ledger's job runs long enough for C2's code to pay for its compiling: 10M values took
+# 130 s with C1 and C2 against 192 s with C1 alone (bench/analysis.py); at 1M values they were even.
+FULL_JIT_MIN_ROWS = 4_000_000
+FULL_JIT_CONF = {"spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}
+
+
+def ledger_rows(run_dir: Path) -> int:
+    """Rows of a local run directory's ledger tables, from the Parquet footers (nothing is read)."""
+    import pyarrow.parquet as pq
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in Path(run_dir).glob("*.parquet") if p.is_file())
+
+
+def size_conf(locations: Sequence[Path | str]) -> dict[str, str]:
+    """Settings for the size of what is analysed: the full JIT for large local ledgers (URIs are not looked at)."""
+    rows = sum(ledger_rows(Path(d)) for d in locations if not is_uri(d) and Path(d).is_dir())
+    return dict(FULL_JIT_CONF) if rows >= FULL_JIT_MIN_ROWS else {}
+
+
 def application_path() -> Path:
     """Path of the Spark application: `spark/analyze.py` of the checkout or of the installed package."""
     return share_dir("spark") / "analyze.py"
@@ -173,7 +191,7 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def submit(locations: Sequence[Path | str], master: str = DEFAULT_MASTER, spark_submit: str | None = None,
+def analyze_locations(locations: Sequence[Path | str], master: str = DEFAULT_MASTER, spark_submit: str | None = None,
            extra_conf: Mapping[str, Any] | None = None, parallel: int | None = None, quiet: bool = False) -> None:
     """Run the job on run directories given as local paths or URIs of any Hadoop filesystem the
     Spark application reaches (`hdfs://`, `s3a://`, ...); each gets its `analysis/` there.
@@ -182,7 +200,8 @@ def submit(locations: Sequence[Path | str], master: str = DEFAULT_MASTER, spark_
     AnalysisError when the job fails.
     """
     app_args = ["--parallel", str(parallel)] if parallel else []
-    _run(spark_submit_argv(list(locations), master, spark_submit, extra_conf, app_args), quiet, master)
+    conf = {**size_conf(locations), **(extra_conf or {})}
+    _run(spark_submit_argv(list(locations), master, spark_submit, conf, app_args), quiet, master)
 
 
 def analyze_many(run_dirs: Sequence[Path], master: str = DEFAULT_MASTER, spark_submit: str | None = None,
@@ -193,7 +212,7 @@ def analyze_many(run_dirs: Sequence[Path], master: str = DEFAULT_MASTER, spark_s
     for d in run_dirs:
         if not (d / "manifest.json").exists():
             raise LedgerError(f"{d}/manifest.json: no manifest; {d} is not a kafkaproof run directory")
-    submit(run_dirs, master, spark_submit, extra_conf, parallel, quiet)
+    analyze_locations(run_dirs, master, spark_submit, extra_conf, parallel, quiet)
     return {d: read_metrics(d) for d in run_dirs}
 
 

@@ -166,3 +166,19 @@ def test_leaderless_windows():
              for t, leader, live in ((0, 1, [1, 2]), (1, -1, [2]), (2, 1, [2]), (3, 1, [1, 2]), (4, -1, [2]))]
     assert job.leaderless_windows(snaps) == [{"partition": 0, "start_ns": 1, "end_ns": 3},
                                              {"partition": 0, "start_ns": 4, "end_ns": 4, "open": True}]
+
+
+@pytest.mark.unit
+def test_a_large_local_ledger_gets_the_full_jit_a_small_one_and_a_uri_do_not(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from kafkaproof.analysis import submit
+    table = pa.table({"x": list(range(7))})
+    pq.write_table(table, tmp_path / "sends.parquet")
+    pq.write_table(table, tmp_path / "reads.parquet")
+    assert submit.ledger_rows(tmp_path) == 14
+    monkeypatch.setattr(submit, "FULL_JIT_MIN_ROWS", 14)
+    assert submit.size_conf([tmp_path]) == submit.FULL_JIT_CONF
+    assert submit.size_conf(["hdfs://nn/runs/r1"]) == {}
+    monkeypatch.setattr(submit, "FULL_JIT_MIN_ROWS", 15)
+    assert submit.size_conf([tmp_path]) == {}

@@ -224,15 +224,15 @@ def kafka_connection(conn_id: str, extra: Mapping[str, Any]) -> tuple[str, dict[
     the cluster, the security settings (`security.protocol`, `sasl.*`, `ssl.*`) reach every client of
     the run. Client behaviour a scenario field owns (`group.id`, ...) is left out, with a log line.
     """
-    from .spec.connection import check_connection, split_client_config
+    from .spec.connection import client_connection
     source = f"Airflow connection {conn_id!r} (Extra)"
-    bootstrap, connection, left_out = split_client_config(extra)
+    bootstrap, connection, left_out = client_connection(extra, source)
     if not bootstrap:
         raise ClusterError(f'{source} has no bootstrap.servers; set it, e.g. {{"bootstrap.servers": '
                            f'"kafka-1:9092,kafka-2:9092"}}')
     if left_out:
         log.info("%s: %s left out (scenario fields own them)", source, ", ".join(left_out))
-    return bootstrap, check_connection(connection, source)
+    return bootstrap, connection
 
 
 def run(scenario: Scenario, out: str | None = None, cluster_name: str | None = None,

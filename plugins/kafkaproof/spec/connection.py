@@ -50,7 +50,7 @@ class ConnectionConfigError(KafkaproofError, ValueError):
 def is_secret(name: str) -> bool:
     """Pure: whether a property's value is a credential (passwords, keys, JAAS lines, tokens)."""
     n = name.lower()
-    return any(word in n for word in ("password", "secret", "jaas", "token", ".pem", "key.pem", "credential"))
+    return any(word in n for word in ("password", "secret", "jaas", "token", ".pem", "credential"))
 
 
 def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,8 +140,14 @@ def read_client_config(path: str | Path) -> tuple[str | None, dict[str, Any], li
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConnectionConfigError(f"--client-config {path}: cannot read it: {e.strerror or e}") from None
-    bootstrap, conn, left_out = split_client_config(parse_properties(text, str(path)))
-    return bootstrap, check_connection(conn, str(path)), left_out
+    return client_connection(parse_properties(text, str(path)), str(path))
+
+
+def client_connection(config: Mapping[str, Any], source: str) -> tuple[str | None, dict[str, Any], list[str]]:
+    """(bootstrap servers or None, the checked connection config, keys left out) of a whole client
+    config (a properties file's, an Airflow connection's Extra); `source` names it in errors."""
+    bootstrap, conn, left_out = split_client_config(config)
+    return bootstrap, check_connection(conn, source), left_out
 
 
 def client_properties_text(config: Mapping[str, Any], bootstrap: str | None = None) -> str:

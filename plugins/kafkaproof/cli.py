@@ -88,7 +88,8 @@ def cmd_cluster_status(args) -> int:
     print(f"bootstrap: {status['bootstrap_servers']}" +
           (f" (fault proxies; direct: {status['direct_bootstrap']})" if status.get("proxy") else ""))
     if status.get("client_connection"):
-        print("client connection: " + ", ".join(f"{k}={v}" for k, v in status["client_connection"].items()))
+        from .spec.connection import connection_text
+        print(f"client connection: {connection_text(status['client_connection'])}")
     for n in status["nodes"]:
         proxy = n.get("proxy")
         print(f"  node {n['id']:>3} {n['roles']:<18} {n['address']:<22} pid {n['pid']} {n['state']}" +

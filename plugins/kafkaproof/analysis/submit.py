@@ -192,7 +192,8 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
 
 
 def analyze_locations(locations: Sequence[Path | str], master: str = DEFAULT_MASTER, spark_submit: str | None = None,
-           extra_conf: Mapping[str, Any] | None = None, parallel: int | None = None, quiet: bool = False) -> None:
+                      extra_conf: Mapping[str, Any] | None = None, parallel: int | None = None,
+                      quiet: bool = False) -> None:
     """Run the job on run directories given as local paths or URIs of any Hadoop filesystem the
     Spark application reaches (`hdfs://`, `s3a://`, ...); each gets its `analysis/` there.
 

@@ -28,7 +28,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
@@ -111,7 +111,6 @@ class LocalCluster(StatefulCluster):
                   "jit": config.jit,
                   "proxy": config.proxy,
                   "clock": config.clock,
-                  "client_security": config.client_security,
                   "config": config.node_layout(),
                   "nodes": nodes, "faults": [], "created_wall": time.time()}
             state.save_state(config.name, st)
@@ -153,7 +152,7 @@ class LocalCluster(StatefulCluster):
         for node in st["nodes"]:
             self.start_node(node["id"])
 
-    def _format(self, ndir: Path, cluster_id: str, extra: list[str] = ()) -> None:
+    def _format(self, ndir: Path, cluster_id: str, extra: Sequence[str] = ()) -> None:
         cmd = self.dist.java_command("kafka.tools.StorageTool", "format", "-t", cluster_id,
                                      "-c", str(ndir / "server.properties"), "--ignore-formatted", *extra, heap="128m",
                                      jvm_opts=JIT_MODES["quick"])

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..spec.connection import connection_text
 from ..spec.ledger import MANIFEST, TABLES
 from .data import (DEFAULT_EXAMPLES, REPORT_DIR, RunData, expectation_of, guarantee_of, load_history, load_run, phases,
                    run_started_wall, run_t0, scenario_name, scenario_of)
@@ -311,11 +312,6 @@ def section_explanation(v: RunView) -> Markup:
     if scn.get("explanation"):
         parts.append(tag("div", str(scn["explanation"]).strip()))
     return tag("div", parts, class_="explanation") if parts else Markup("")
-
-
-def connection_text(connection: Mapping[str, Any]) -> str:
-    """Pure: a secured cluster's connection as the manifest has it (credentials already `***`)."""
-    return ", ".join(f"{k}={v}" for k, v in sorted(connection.items()))
 
 
 def section_environment(v: RunView) -> Markup:

@@ -58,6 +58,11 @@ def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (REDACTED if is_secret(k) else v) for k, v in config.items()}
 
 
+def connection_text(config: Mapping[str, Any]) -> str:
+    """Pure: a connection config on one line, credentials as `***` (for status output and reports)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(redacted(config).items()))
+
+
 def split_client_config(config: Mapping[str, Any]) -> tuple[str | None, dict[str, Any], list[str]]:
     """Pure: (bootstrap servers or None, the connection config, keys left out because a scenario field owns them)."""
     bootstrap = next((str(config[k]) for k in BOOTSTRAP_KEYS if config.get(k)), None)

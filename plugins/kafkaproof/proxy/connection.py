@@ -86,6 +86,7 @@ class _InFlight:
     response_delay: float = 0.0
     response_pacers: tuple = ()
     response_budgets: tuple = ()
+    alterations: tuple[RuleState, ...] = ()  # rules that may alter the answer (metadata, corrupt, duplicate)
 
 
 @dataclasses.dataclass
@@ -100,6 +101,7 @@ class _Plan:
     request_budgets: list = dataclasses.field(default_factory=list)
     response_budgets: list = dataclasses.field(default_factory=list)
     delays: list = dataclasses.field(default_factory=list)
+    alterations: list = dataclasses.field(default_factory=list)
 
 
 class _Connection:
@@ -340,6 +342,7 @@ class _Connection:
                 inflight.response_delay = plan.response_delay
                 inflight.response_pacers = tuple(plan.response_pacers)
                 inflight.response_budgets = tuple(plan.response_budgets)
+                inflight.alterations = tuple(plan.alterations)
             self.pending.append(inflight)
         if plan is None:
             self.up.push(ctx.frame, ctx=ctx, head=ctx.head)
@@ -355,6 +358,9 @@ class _Connection:
         for state in states:
             rule = state.rule
             if not rule.matches_header(self.listener.node_id, self.listener.name, header.api_key, header.client_id):
+                continue
+            if rule.alters_response:
+                plan.alterations.append(state)  # its filters and draw apply to the answer, when it comes
                 continue
             if rule.needs_targets and not rule.matches_targets(ctx.targets(self.proxy.topic_names)):
                 continue
@@ -455,10 +461,15 @@ class _Connection:
         inflight = self.pending.popleft()
         self.listener.stats.responses += 1
         data = frame
+        # An answer a rule drops or replaces is not worth altering.
+        alterations = inflight.alterations if inflight.fault is None else ()
+        rewritten = None
         if inflight.special:
-            rewritten = self.proxy.process_special(self, inflight.ctx.header, frame)
-            if rewritten is not None:
-                head, data = b"", rewritten
+            rewritten = self.proxy.process_special(self, inflight.ctx.header, frame, alterations)
+        elif alterations:
+            rewritten = self.proxy.alter_records(self, inflight.ctx, frame, alterations)
+        if rewritten is not None:
+            head, data = b"", rewritten
         state = inflight.fault
         not_before = self.proxy.now() + inflight.response_delay if inflight.response_delay else 0.0
         if state is None:

@@ -1,11 +1,11 @@
 """A tiny in-process fake Kafka cluster, for testing the proxy without a broker.
 
-It speaks just enough of the protocol for a producer: ApiVersions, Metadata,
-InitProducerId and Produce (every response encoded with kio). Produced record
+It speaks just enough of the protocol for a producer and a hand-driven reader: ApiVersions,
+Metadata, InitProducerId, Produce and Fetch (every response encoded with kio). Produced record
 batches are kept per partition with the offsets the fake assigned, so a test
 can see exactly what "the broker wrote" — including the batches whose acks the
-proxy dropped. Each connection is served strictly in order, like a broker.
-It is not a Kafka implementation: no Fetch, no groups, no replication.
+proxy dropped — and fetch them back. Each connection is served strictly in order, like a broker.
+It is not a Kafka implementation: no groups, no replication, no waiting fetches.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ INIT_PRODUCER_ID = 22
 #: (min, max) versions the fake advertises; max values are capped at what kio knows.
 DEFAULT_API_RANGES: Mapping[int, tuple[int, int]] = {
     kp.PRODUCE: (3, 11),
-    # Advertised but not served: librdkafka only uses v2 record batches when the
-    # broker also lists Fetch v4+ (its MsgVer2 feature check).
+    # librdkafka only uses v2 record batches when the broker also lists Fetch v4+ (its
+    # MsgVer2 feature check).
     kp.FETCH: (4, 12),
     kp.METADATA: (0, 12),
     kp.API_VERSIONS: (0, 4),
@@ -213,6 +213,8 @@ class FakeBroker:
         if api == kp.PRODUCE:
             response = self._produce(request, header)
             return None if request.acks == 0 else kp.encode_response(response, header.correlation_id)
+        if api == kp.FETCH:
+            return kp.encode_response(self._fetch(request, version), header.correlation_id)
         raise KafkaProtocolError(f"fake broker does not serve {kp.api_name(api)}")
 
     def _api_versions(self, version: int, correlation_id: int, error: ErrorCode) -> bytes:
@@ -290,7 +292,89 @@ class FakeBroker:
         return kp.make_entity(cls, responses=tuple(topics), throttle_time=kp.ZERO_THROTTLE)
 
 
+    def _fetch(self, request: Any, version: int) -> Any:
+        """Every stored batch at or after each partition's fetch offset, at the offsets the fake assigned."""
+        cls = kp.response_type(kp.FETCH, version)
+        mod = sys.modules[cls.__module__]
+        by_id = {v: k for k, v in self.cluster.topic_ids.items()}
+        topics = []
+        for topic in request.topics:
+            name = getattr(topic, "topic", None) or by_id.get(getattr(topic, "topic_id", None), "")
+            parts = []
+            for part in topic.partitions:
+                index, start = int(part.partition), int(part.fetch_offset)
+                stored = self.cluster.logs.get((name, index), [])
+                data = b"".join(relocated(b.data, b.base_offset) for b in stored
+                                if b.base_offset + b.record_count > start)
+                high = self.cluster.next_offset.get((name, index), 0)
+                parts.append(kp.make_entity(mod.PartitionData, partition_index=i32(index), error_code=ErrorCode.none,
+                                            high_watermark=i64(high), last_stable_offset=i64(high),
+                                            log_start_offset=i64(0), aborted_transactions=(), records=data,
+                                            preferred_read_replica=i32(-1)))
+            ident = {"topic_id": topic.topic_id} if hasattr(topic, "topic_id") else {"topic": name}
+            topics.append(kp.make_entity(mod.FetchableTopicResponse, **ident, partitions=tuple(parts)))
+        return kp.make_entity(cls, throttle_time=kp.ZERO_THROTTLE, error_code=ErrorCode.none, session_id=i32(0),
+                              responses=tuple(topics), node_endpoints=())
+
+
 # --------------------------------------------------------------------------- client-side helpers
+
+
+def relocated(batch: bytes, base_offset: int) -> bytes:
+    """A v2 batch moved to ``base_offset`` (outside its CRC)."""
+    return struct.pack(">q", base_offset) + batch[8:]
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the checksum of v2 record batches."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _zigzag(value: int) -> bytes:
+    raw, out = (value << 1) ^ (value >> 63), bytearray()
+    while True:
+        byte = raw & 0x7F
+        raw >>= 7
+        if raw:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def make_record_batch(values: Iterable[bytes | None], base_offset: int = 0, attributes: int = 0,
+                      key: bytes | None = None) -> bytes:
+    """A real v2 record batch (valid CRC) of one record per value, uncompressed unless ``attributes`` say
+    otherwise (then only the attribute is set: the records stay plain, for tests of what is skipped)."""
+    records = []
+    values = list(values)
+    for delta, value in enumerate(values):
+        body = (b"\x00" + _zigzag(0) + _zigzag(delta)
+                + (_zigzag(-1) if key is None else _zigzag(len(key)) + key)
+                + (_zigzag(-1) if value is None else _zigzag(len(value)) + value) + _zigzag(0))
+        records.append(_zigzag(len(body)) + body)
+    after_crc = (struct.pack(">hi", attributes, len(values) - 1) + struct.pack(">qq", 0, 0)
+                 + struct.pack(">qhi", -1, -1, -1) + struct.pack(">i", len(values)) + b"".join(records))
+    after_length = struct.pack(">ib", 0, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
+    return struct.pack(">qi", base_offset, len(after_length)) + after_length
+
+
 
 
 def make_batch(record_count: int, payload: bytes = b"kp") -> bytes:

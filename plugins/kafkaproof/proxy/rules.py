@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import RuleError
-from .protocol import ERROR_APIS, FETCH, PRODUCE, TopicPartitions, api_key_of, api_name, error_code_of
+from .protocol import ERROR_APIS, FETCH, METADATA, PRODUCE, TopicPartitions, api_key_of, api_name, error_code_of
+from .responses import CORRUPT, DUPLICATE, METADATA_MODES
 
 LOST_ACK = "lost_ack"
 ERROR = "error"
@@ -25,7 +26,12 @@ LATENCY = "latency"
 BANDWIDTH = "bandwidth"
 RESET = "reset"
 BLACKHOLE = "blackhole"
-ACTIONS = (LOST_ACK, ERROR, LATENCY, BANDWIDTH, RESET, BLACKHOLE)
+METADATA_FAULT = "metadata"
+ACTIONS = (LOST_ACK, ERROR, LATENCY, BANDWIDTH, RESET, BLACKHOLE, METADATA_FAULT, CORRUPT, DUPLICATE)
+
+#: Actions that alter the broker's answer on its way back, and the one API each acts on. Their
+#: `topic`/`partitions` filters select partitions of the answer, not of the request.
+RESPONSE_ACTIONS = {METADATA_FAULT: METADATA, CORRUPT: FETCH, DUPLICATE: FETCH}
 
 #: Actions that decide the fate of a request; at most one of them applies to a request.
 DISPOSITIONS = frozenset({LOST_ACK, ERROR, RESET, BLACKHOLE})
@@ -51,6 +57,9 @@ _ACTION_KEYS = {
     BANDWIDTH: {"direction", "bytes_per_s"},
     RESET: {"direction", "after_bytes"},
     BLACKHOLE: set(),
+    METADATA_FAULT: {"mode"},
+    CORRUPT: set(),
+    DUPLICATE: set(),
 }
 
 
@@ -105,11 +114,17 @@ class Rule:
     latency: Latency | None = None
     bytes_per_s: float | None = None
     after_bytes: int | None = None
+    mode: str | None = None
 
     @property
     def needs_targets(self) -> bool:
         """Whether matching needs the request's topics/partitions (a decoded body)."""
-        return self.topic is not None or self.partitions is not None
+        return (self.topic is not None or self.partitions is not None) and self.action not in RESPONSE_ACTIONS
+
+    @property
+    def alters_response(self) -> bool:
+        """Whether the rule rewrites the broker's answer (metadata, corrupt, duplicate)."""
+        return self.action in RESPONSE_ACTIONS
 
     @property
     def is_disposition(self) -> bool:
@@ -141,6 +156,12 @@ class Rule:
                 return True
         return False
 
+    def matches_partition(self, topic: str | None, topic_id: Any, partition: int) -> bool:
+        """Topic/partition filter on one partition of an answer (rules that alter answers)."""
+        if self.topic is not None and self.topic not in (topic, topic_id, str(topic_id)):
+            return False
+        return self.partitions is None or partition in self.partitions
+
     def as_json(self) -> dict[str, Any]:
         """Normalised JSON form (what `rules`/`stats` report and what :func:`parse_rule` accepts)."""
         out: dict[str, Any] = {"id": self.id, "action": self.action}
@@ -171,6 +192,8 @@ class Rule:
             out["direction"] = self.direction
             if self.after_bytes is not None:
                 out["after_bytes"] = self.after_bytes
+        elif self.action == METADATA_FAULT:
+            out["mode"] = self.mode
         return out
 
 
@@ -190,6 +213,8 @@ def parse_rule(spec: Mapping[str, Any] | Rule) -> Rule:
     fields["broker"] = _opt_int(spec, "broker")
     fields["proxy"] = _opt_str(spec, "proxy")
     fields["api"] = _apis(spec.get("api"))
+    if action in RESPONSE_ACTIONS:
+        fields["api"] = _response_api(action, fields["api"])
     fields["topic"] = _opt_str(spec, "topic")
     fields["partitions"] = _partitions(spec.get("partitions"))
     fields["client_id"] = _opt_str(spec, "client_id")
@@ -203,7 +228,7 @@ def parse_rule(spec: Mapping[str, Any] | Rule) -> Rule:
     duration = spec.get("duration_s")
     fields["duration_s"] = None if duration is None else _number(spec, "duration_s", 0.0, low=0.0)
     fields.update(_action_fields(action, spec, fields["api"]))
-    if fields["topic"] is not None or fields["partitions"] is not None:
+    if (fields["topic"] is not None or fields["partitions"] is not None) and action not in RESPONSE_ACTIONS:
         if fields["api"] is None or not fields["api"] <= {PRODUCE, FETCH}:
             raise RuleError("rule fields 'topic'/'partitions' need 'api' limited to produce and/or fetch")
     return Rule(**fields)
@@ -232,7 +257,22 @@ def _action_fields(action: str, spec: Mapping[str, Any], apis: frozenset[int] | 
         return {"direction": _direction(spec, BOTH), "bytes_per_s": rate}
     if action == RESET:
         return {"direction": _direction(spec, BOTH), "after_bytes": _opt_int(spec, "after_bytes", low=0)}
+    if action == METADATA_FAULT:
+        mode = spec.get("mode")
+        if mode not in METADATA_MODES:
+            raise RuleError(f"rule field 'mode' of a metadata rule must be one of {', '.join(METADATA_MODES)} "
+                            f"(missing: no leader; stale: another replica named leader); got {mode!r}")
+        return {"mode": mode}
     return {}
+
+
+def _response_api(action: str, apis: frozenset[int] | None) -> frozenset[int]:
+    """The one API a rule that alters answers acts on; 'api' may name it, nothing else."""
+    only = RESPONSE_ACTIONS[action]
+    if apis is not None and apis != {only}:
+        raise RuleError(f"rule field 'api': a {action} rule alters {api_name(only)} answers only; "
+                        f"give api {api_name(only)!r} or leave it out; got {sorted(api_name(k) for k in apis)}")
+    return frozenset({only})
 
 
 def _latency(spec: Mapping[str, Any]) -> Latency:

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from . import protocol as kp
+from . import responses
 from .errors import KafkaProtocolError, ProxyError, RuleError, UnsupportedVersion
 from .events import EventSink, JsonlEventSink, stamp
 from .connection import _Connection, _Request, format_hostport, parse_hostport  # noqa: F401 (re-exported)
-from .rules import Pacer, Rule, RuleState, parse_rule
+from .rules import CORRUPT, DUPLICATE, METADATA_FAULT, Pacer, Rule, RuleState, parse_rule
 from .stream import FrameProtocol
 
 log = logging.getLogger("kafkaproof.proxy")
@@ -351,8 +352,10 @@ class FaultProxy:
 
     # ----------------------------------------------------------------- responses with addresses
 
-    def process_special(self, conn: _Connection, header: kp.RequestHeader, frame: bytes) -> bytes | None:
-        """Cap ApiVersions / rewrite addresses in a response; returns a new framed response or None."""
+    def process_special(self, conn: _Connection, header: kp.RequestHeader, frame: bytes,
+                        alterations: Iterable[RuleState] = ()) -> bytes | None:
+        """Cap ApiVersions / rewrite addresses in a response / apply `metadata` rules; returns a new framed
+        response or None."""
         api_key, version = header.api_key, header.api_version
         try:
             if api_key == kp.API_VERSIONS:
@@ -361,15 +364,72 @@ class FaultProxy:
             if api_key == kp.METADATA:
                 self.topic_names.update(kp.metadata_topic_ids(payload))
             new_payload, changes = kp.rewrite_addresses(payload, self._map_address)
-            if not changes or not self.rewrite:
+            if changes and self.rewrite:
+                conn.event("address_rewrite", _Request(header, b"", True),
+                           detail={"changes": [c.as_json() for c in changes]})
+            else:
+                new_payload, changes = payload, []
+            misstated = self._misstate_leaders(conn, _Request(header, b"", True), new_payload, alterations)
+            if misstated is None and not changes:
                 return None
-            conn.event("address_rewrite", _Request(header, b"", True),
-                       detail={"changes": [c.as_json() for c in changes]})
-            return kp.encode_response(new_payload, header.correlation_id)
+            return kp.encode_response(new_payload if misstated is None else misstated, header.correlation_id)
         except (KafkaProtocolError, UnsupportedVersion) as exc:
             conn.event("decode_failed", _Request(header, b"", True), detail={"error": str(exc)})
             log.warning("passing %s v%d response through unchanged: %s", kp.api_name(api_key), version, exc)
             return None
+
+    def is_live(self, state: RuleState) -> bool:
+        """Whether a rule picked for a request may still act when its answer comes (not removed, healed or used up)."""
+        return self._states.get(state.rule.id) is state and state.active(self.now())
+
+    def _misstate_leaders(self, conn: _Connection, ctx: _Request, payload: Any,
+                          alterations: Iterable[RuleState]) -> Any | None:
+        """A Metadata answer with the `metadata` rules applied (each fires once per answer it alters), or None."""
+        altered = None
+        for state in alterations:
+            rule = state.rule
+            if rule.action != METADATA_FAULT or not self.is_live(state):
+                continue
+            candidate, changes = responses.misstate_leaders(altered or payload, rule.mode or "", rule.matches_partition,
+                                                            self.topic_names)
+            if not changes or not (state.roll(self.rng) and state.fire()):
+                continue
+            altered = candidate
+            conn.event("fault", ctx, state, phase="metadata_misstated", topics=_changed_topics(changes),
+                       detail={"mode": rule.mode, "changes": [c.as_json() for c in changes]})
+        return altered
+
+    def alter_records(self, conn: _Connection, ctx: _Request, frame: bytes,
+                      alterations: Iterable[RuleState]) -> bytes | None:
+        """A Fetch answer with the `corrupt`/`duplicate` rules applied (each fires once per batch it alters),
+        framed; None when nothing changed."""
+        header = ctx.header
+        states = [s for s in alterations if s.rule.action in (CORRUPT, DUPLICATE) and self.is_live(s)]
+        if not states:
+            return None
+        try:
+            payload = kp.decode_response(frame, header.api_key, header.api_version)
+        except (KafkaProtocolError, UnsupportedVersion) as exc:
+            conn.event("decode_failed", ctx, detail={"error": str(exc)})
+            log.warning("Fetch v%d response passed through unaltered: %s", header.api_version, exc)
+            return None
+        altered = False
+        for state in states:
+            payload, changes = responses.alter_batches(payload, state.rule.action, self._batch_decider(state),
+                                                       self.topic_names)
+            if changes:
+                altered = True
+                phase = "records_corrupted" if state.rule.action == CORRUPT else "batch_duplicated"
+                conn.event("fault", ctx, state, phase=phase, topics=_changed_topics(changes),
+                           detail={"batches": [c.as_json() for c in changes]})
+        return kp.encode_response(payload, header.correlation_id) if altered else None
+
+    def _batch_decider(self, state: RuleState) -> responses.Decide:
+        """Whether one batch is altered: the rule's topic/partition filter, its draw, its count."""
+        def decide(topic: str | None, topic_id: uuid.UUID | None, partition: int) -> bool:
+            return (state.rule.matches_partition(topic, topic_id, partition) and not state.expired
+                    and state.roll(self.rng) and state.fire())
+        return decide
 
     def _cap_versions(self, conn: _Connection, header: kp.RequestHeader, frame: bytes) -> bytes | None:
         # error_code leads every ApiVersions version. On an error (UNSUPPORTED_VERSION)
@@ -434,3 +494,13 @@ class FaultProxy:
                               **dataclasses.asdict(listener.stats)})
         return {"listeners": listeners, "rules": self.rules(), "events": self.events_emitted,
                 "uptime_s": round(self.now() - self._started_at, 3) if self._started_at else 0.0}
+
+
+def _changed_topics(changes: Iterable[Any]) -> list[dict[str, Any]]:
+    """The ``topics`` of a fault event: the partitions an altered answer changed, per topic."""
+    by_topic: dict[str, list[int]] = {}
+    for change in changes:
+        parts = by_topic.setdefault(change.topic or "", [])
+        if change.partition not in parts:
+            parts.append(change.partition)
+    return [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]

@@ -11,6 +11,7 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v curl >/dev/null || need+=(curl)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)  # the PostgreSQL tests' server
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || need+=(faketime)  # clock faults (libfaketime)
+[ -e /usr/lib/x86_64-linux-gnu/libfuse3.so.3 ] || need+=(fuse3)  # disk faults (diskfs: FUSE with libfuse3)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "[setup] missing Debian packages: ${need[*]}; install them as root (apt-get install ${need[*]})" >&2

@@ -1113,6 +1113,22 @@ NFT_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss")
 PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
 ROLLING_FAULT_KINDS = ("rolling_upgrade", "rolling_restart")
 CLOCK_FAULT_KINDS = ("clock_skew",)
+DISK_RULE_KINDS = ("disk_error", "disk_full", "disk_latency")
+
+
+def power_loss_effect(effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a power loss took effect when every node it cut was dead afterwards; the evidence says what
+    each node's disk dropped (nothing, when everything written had been fsynced)."""
+    states = effect.get("node_states") or {}
+    if not states:
+        return False, "no node state was recorded after the power loss"
+    lost = effect.get("power_loss") or {}
+
+    def dropped(node: str) -> str:
+        n_bytes, n_files = int((lost.get(node) or {}).get("bytes_dropped", 0)), int((lost.get(node) or {}).get("files", 0))
+        return f"{n_bytes:,} unsynced bytes of {n_files} file{'' if n_files == 1 else 's'}"
+    return all(v == "dead" for v in states.values()), "; ".join(
+        f"node {n} {v}, its disk dropped {dropped(n)}" for n, v in sorted(states.items()))
 
 
 def clock_effect(params: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
@@ -1175,6 +1191,13 @@ def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
         return held, (f"consumer process {state or 'state not recorded'} after the {kind}"
                       + ("" if kind == "pause" else
                          f"; {'restarted' if restarted else 'not restarted' if restarted is False else 'restart not recorded'}"))
+    if kind == "power_loss":
+        return power_loss_effect(effect)
+    if kind in DISK_RULE_KINDS:
+        n = effect.get("disk_fired")
+        return bool(n), ("the disk rule's count was not recorded" if n is None else
+                         f"the disk rule {'slowed' if kind == 'disk_latency' else 'failed'} {n} "
+                         f"operation{'' if n == 1 else 's'}")
     if kind in NODE_STATE_AFTER:
         states = effect.get("node_states") or {}
         want = NODE_STATE_AFTER[kind]

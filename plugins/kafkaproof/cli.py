@@ -50,7 +50,7 @@ def cmd_cluster_up(args) -> int:
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
                         network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy,
                         backend=args.backend, image=args.image, compose_file=args.compose_file, clock=args.clock,
-                        client_security=args.security, sasl_mechanism=args.sasl_mechanism)
+                        disk=args.disk, client_security=args.security, sasl_mechanism=args.sasl_mechanism)
     cluster = start_cluster(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
@@ -383,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--clock", action="store_true",
                     help="local backend: start the nodes under libfaketime, so clock_skew faults can move their "
                          "wall clocks (docs/clock.md)")
+    up.add_argument("--disk", action="store_true",
+                    help="local backend: put the nodes' log directories on diskfs (FUSE), so disk faults can fail, "
+                         "slow or fill them, or cut a node's power (docs/disk.md)")
     up.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
                     help="do not start brokers: front the existing cluster at these bootstrap servers with one "
                          "fault proxy per broker (proxy faults only; `cluster down` stops the proxies)")

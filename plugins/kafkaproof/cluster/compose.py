@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import ClusterConfig, NodeLink, compose_topology, new_cluster_id
-from ..spec.faults import CLOCK_KINDS, FAULT_KINDS
+from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
 from . import network, state
 from .base import StatefulCluster
@@ -172,19 +172,22 @@ class ComposeCluster(StatefulCluster):
 
     @property
     def supported_faults(self) -> frozenset[str]:
-        """Every kind but clock faults: network faults enter the containers by their namespaces or through
-        the engine."""
+        """Every kind but clock and disk faults: network faults enter the containers by their namespaces or
+        through the engine."""
         return self.supported_for()
 
     @staticmethod
     def supported_for() -> frozenset[str]:
         """The fault kinds a compose cluster started here will support."""
-        return frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS)
+        return frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS)
 
     def unsupported_reason(self, kind: str) -> str:
         if kind in CLOCK_KINDS:
             return (f"clock fault {kind!r} needs the local backend (nodes started under libfaketime); "
                     f"a compose cluster cannot move a container's clock")
+        if kind in DISK_KINDS:
+            return (f"disk fault {kind!r} needs the local backend (log directories on diskfs); a compose "
+                    f"cluster's volumes belong to the Docker engine")
         return f"fault {kind!r} is not supported on compose cluster {self.name}"
 
     def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:

@@ -1,7 +1,7 @@
 """Undoing faults: the mechanics of a heal, from the recipe each fault recorded in the state file.
 
 A fault (see `kafkaproof.faults`) records how to heal it before it is relied on: nodes to
-restart or resume, nft tables to delete, tc links to clear, proxy rules to remove. Anything
+restart or resume, nft tables to delete, tc links to clear, proxy or disk rules to remove. Anything
 that tears a cluster down can undo them, whoever injected them and whether that process still
 lives; `heal_recorded` is what `down` and `fault heal --all` use. The fault log (JSON lines)
 records every injection and heal with monotonic and wall-clock times.
@@ -66,11 +66,30 @@ def remove_proxy_rules(cluster, pairs: list) -> dict[str, int]:
     return {"proxy_fired": fired, "proxy_matched": matched}
 
 
+def remove_disk_rules(cluster, pairs: list) -> dict[str, int]:
+    """Remove diskfs rules ([node id, rule id] pairs); returns how often they fired in total. A disk that is
+    not mounted (the cluster going down) has no rules left."""
+    fired = 0
+    for nid, rule_id in pairs:
+        if cluster.disk_state(nid) != "running":
+            log.warning("rule %s on node %d: its disk is not mounted; nothing to remove", rule_id, nid)
+            continue
+        with cluster.disk_control(nid) as control:
+            removed = control.remove_rule(rule_id)
+        fired += int((removed or {}).get("fired", 0))
+    return {"disk_fired": fired}
+
+
 def undo(cluster, heal: dict, restart_nodes: bool) -> dict | None:
     """Undo a fault's effects (its heal recipe); returns what it did while active (proxy rule, nft and tc
     counters), or None. Restarts stopped nodes only with `restart_nodes` (a teardown does not)."""
     errors = []
     stats = remove_proxy_rules(cluster, heal["proxy_rules"]) if heal.get("proxy_rules") else None
+    if heal.get("disk_rules"):
+        try:
+            stats = {**(stats or {}), **remove_disk_rules(cluster, heal["disk_rules"])}
+        except (FaultError, OSError) as e:
+            errors.append(f"disk rules {heal['disk_rules']}: {e}")
     if heal.get("nft"):
         dropped = {"dropped_packets": 0, "dropped_bytes": 0}
         for ns, table in heal["nft"]:

@@ -33,10 +33,12 @@ from typing import Mapping, Sequence
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
                             plan_nodes, render_properties, scram_format_args)
-from ..spec.faults import CLOCK_KINDS, FAULT_KINDS, NETWORK_KINDS
+from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, network, process, procs, state
 from .base import START_MARKER, StatefulCluster
+from .disks import DiskFleet, unmount_leftovers
 from .install import KafkaDistribution, ensure_kafka
+from .disk import BACKING_DIR
 from .process import ProcessRef
 from .security import provision_security, write_client_properties
 
@@ -60,7 +62,7 @@ def free_slot(use_netns: bool) -> int:
     raise ClusterError("no free cluster slot: run `kafkaproof cluster down --all`")
 
 
-class LocalCluster(StatefulCluster):
+class LocalCluster(StatefulCluster, DiskFleet):
     """A running local cluster. Use `LocalCluster.up(config)` as a context manager, or `backend.attach(name)`."""
 
     backend = "local"
@@ -73,14 +75,16 @@ class LocalCluster(StatefulCluster):
     @property
     def supported_faults(self) -> frozenset[str]:
         """Every kind; network faults only when the nodes run in network namespaces (root), clock faults
-        only when they run under libfaketime (started with clock faults on)."""
+        only when they run under libfaketime, disk faults only on diskfs (started with them on)."""
         st = self.state()
         kinds = self.supported_for("netns" if st["network"] == "netns" else "loopback")
-        return kinds if st.get("clock") else kinds - frozenset(CLOCK_KINDS)
+        if not st.get("clock"):
+            kinds -= frozenset(CLOCK_KINDS)
+        return kinds if st.get("disk") else kinds - frozenset(DISK_KINDS)
 
     @staticmethod
     def supported_for(network_mode: str = "auto") -> frozenset[str]:
-        """The fault kinds a cluster started here with `network_mode` (and clock faults on) will support."""
+        """The fault kinds a cluster started here with `network_mode` (and clock and disk faults on) will support."""
         netns = network_mode == "netns" or (network_mode == "auto" and network.namespaces_supported())
         return frozenset(k for k in FAULT_KINDS if netns or k not in NETWORK_KINDS)
 
@@ -88,6 +92,9 @@ class LocalCluster(StatefulCluster):
         if kind in CLOCK_KINDS:
             return (f"clock fault {kind!r} needs nodes started under libfaketime: start the cluster with "
                     f"`kafkaproof cluster up --clock` (scenarios: implied by a clock fault)")
+        if kind in DISK_KINDS:
+            return (f"disk fault {kind!r} needs the nodes' log directories on diskfs: start the cluster with "
+                    f"`kafkaproof cluster up --disk` (scenarios: implied by a disk fault)")
         return (f"network fault {kind!r} needs nodes in network namespaces (run as root); "
                 f"this cluster runs on loopback")
 
@@ -111,6 +118,7 @@ class LocalCluster(StatefulCluster):
                   "jit": config.jit,
                   "proxy": config.proxy,
                   "clock": config.clock,
+                  "disk": config.disk,
                   "config": config.node_layout(),
                   "nodes": nodes, "faults": [], "created_wall": time.time()}
             state.save_state(config.name, st)
@@ -146,6 +154,11 @@ class LocalCluster(StatefulCluster):
         extra = scram_format_args(st.get("security"))
         with ThreadPoolExecutor(max_workers=len(st["nodes"])) as pool:  # each format is a JVM start
             list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"], extra), st["nodes"]))
+        if config.disk:  # the formatted directory becomes the disk's backing: what format wrote is on disk
+            for node in st["nodes"]:
+                ndir = workdir / f"node-{node['id']}"
+                os.rename(ndir / "data", ndir / BACKING_DIR)
+                self.start_disk(node["id"])
         for node in st["nodes"]:  # proxies first: brokers advertise them from their first registration
             if node.get("proxy"):
                 self.start_proxy(node["id"])
@@ -178,7 +191,9 @@ class LocalCluster(StatefulCluster):
         for ref in refs:
             process.terminate(ref, grace_s=15.0, reap=self._reap)
         self.stop_proxies()
+        self.stop_disks()
         sweep(state.cluster_dir(self.name))
+        unmount_leftovers(state.cluster_dir(self.name))
         if st["network"] == "netns":
             for node in st["nodes"]:
                 if node.get("link"):
@@ -189,6 +204,7 @@ class LocalCluster(StatefulCluster):
         if keep_logs:  # keep server.log and properties, drop the (large) log segments
             for node in st["nodes"]:
                 shutil.rmtree(self.node_dir(node["id"]) / "data", ignore_errors=True)
+                shutil.rmtree(self.node_dir(node["id"]) / BACKING_DIR, ignore_errors=True)
         else:
             shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
         log.info("cluster %s is down", self.name)
@@ -214,6 +230,8 @@ class LocalCluster(StatefulCluster):
         ndir = self.node_dir(node_id)
         ns = node["link"]["namespace"] if node.get("link") else None
         st = self.state()
+        if st.get("disk"):  # a power loss left it unmounted, or its process died
+            self.start_disk(node_id)
         # A cluster started before the jit setting existed ran its nodes with the JVM's default.
         jvm_opts = JIT_MODES[st.get("jit", "full")]
         if st.get("security"):
@@ -370,6 +388,7 @@ def down_everything() -> list[str]:
     for name in names:
         attach(name).down()
     sweep(state.state_dir() / "clusters")
+    unmount_leftovers(state.state_dir() / "clusters")
     if network.namespaces_supported():
         for ns in network.list_kafkaproof_namespaces():
             slot_node = ns[2:]

@@ -1,5 +1,5 @@
 """Injecting faults on any cluster backend: process faults, network faults (nftables, tc), proxy faults,
-clock faults (libfaketime, see cluster/clock.py).
+clock faults (libfaketime, see cluster/clock.py), disk faults (diskfs, see cluster/disk.py).
 
 A `FaultSpec` (kafkaproof.spec.faults) says what to do (kind, target expression, parameters). A
 `FaultInjector` resolves the target at injection time (e.g. the *current*
@@ -14,6 +14,11 @@ scenario `cluster.proxy`). Each is one rule, whose id is the fault id, installed
 over the control port of the proxy in front of every broker the target resolves
 to; healing removes the rule. The proxies log every action on a request with
 that rule id (see docs/proxy.md), which ties it to the fault.
+
+Disk faults (`disk_error`, `disk_full`, `disk_latency`) are rules of the diskfs under each target
+node's log directory, removed at heal; the heal also starts a node the failing disk made stop
+(Kafka halts a broker whose every log directory failed). `power_loss` kills the nodes at once
+and drops every write since a file's last fsync; they stay down until the heal (docs/disk.md).
 """
 from __future__ import annotations
 
@@ -27,9 +32,10 @@ from typing import Any, Mapping
 
 from ..cluster import network
 from ..cluster.backend import ClusterBackend
-from ..cluster.heal import append_fault_log, cluster_fault_log, heal_recorded, now, remove_proxy_rules, undo
+from ..cluster.heal import (append_fault_log, cluster_fault_log, heal_recorded, now, remove_disk_rules,
+                            remove_proxy_rules, undo)
 from ..errors import FaultError
-from ..spec.faults import TARGET_FORMS, TARGETLESS, FaultSpec, proxy_rule
+from ..spec.faults import TARGET_FORMS, TARGETLESS, FaultSpec, disk_rule, proxy_rule
 from .checks import check_fault
 from .network_rules import (NetworkPlan, cut_clients_rules, isolate_rules, one_way_cut_rules, packet_loss_rules,
                             partition_rules, resolve_partition_groups)
@@ -51,6 +57,7 @@ class ActiveFault:
     start_wall: str
     heal: dict  # how to heal: {"restart": [ids]} / {"resume": [ids]} / {"nft": [[ns, table]], "tc": [links]}
     #            / {"proxy_rules": [[node id, rule id]]} / {"clock": [ids]} (back to true time)
+    #            / {"disk_rules": [[node id, rule id]], "restart": [ids]}
     rule: dict | None = None  # proxy faults: the rule installed in the proxies
 
     def to_json(self) -> dict:
@@ -191,6 +198,24 @@ class FaultInjector:
             offset = float(params["offset_s"])
             heal = {"clock": nodes}
             effect["clocks"] = {str(n): e for n, e in self.cluster.set_clock_offsets({n: offset for n in nodes}).items()}
+        elif spec.kind == "power_loss":
+            lost = self.cluster.power_loss(nodes)
+            heal = {"restart": nodes}
+            effect["node_states"] = {str(n): e.pop("node_state") for n, e in lost.items()}
+            effect["power_loss"] = {str(n): e for n, e in lost.items()}
+        elif spec.is_disk:
+            effect["disk_rule"] = disk_rule(spec, fault_id)
+            added = []
+            try:
+                for n in nodes:
+                    with self.cluster.disk_control(n) as control:
+                        control.add_rule(effect["disk_rule"])
+                    added.append([n, fault_id])
+            except Exception as e:
+                with contextlib.suppress(Exception):
+                    remove_disk_rules(self.cluster, added)
+                raise FaultError(f"{spec.kind} on {spec.target}: the disk refused the rule: {e}") from e
+            heal = {"disk_rules": added, "restart": nodes}
         elif spec.is_proxy:
             rule = proxy_rule(spec, fault_id)
             added: list[list] = []

@@ -111,7 +111,7 @@ def fault_rows(fault_log: Path) -> list[dict]:
 
 # What a heal record says the fault did while active (faults.py `_apply_heal`).
 HEAL_EFFECTS = ("proxy_fired", "proxy_matched", "dropped_packets", "dropped_bytes", "tbf_overlimits", "tbf_dropped",
-                "consumer_restarted", "step", "effect_error")
+                "disk_fired", "consumer_restarted", "step", "effect_error")
 
 
 def collect_proxy_events(cluster: ClusterBackend, since_ns: int, dest: Path) -> int:

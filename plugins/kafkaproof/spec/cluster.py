@@ -66,6 +66,7 @@ class ClusterConfig:
     image: str | None = None  # compose: the Kafka image (None: kafkaproof/kafka:<kafka_version>, built locally)
     compose_file: str | None = None  # compose: the user's own file instead of compose/<topology>.yml
     clock: bool = False  # local: nodes run under libfaketime, so clock faults can shift their clocks
+    disk: bool = False  # local: log directories on diskfs (FUSE), so disk faults can fail them or cut the power
     client_security: str = "PLAINTEXT"  # local: the CLIENT listener's protocol (INTERNAL and CONTROLLER stay plaintext)
     sasl_mechanism: str = "SCRAM-SHA-256"  # local, with a SASL protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 
@@ -87,6 +88,9 @@ class ClusterConfig:
             raise ClusterError(f"image/compose_file: only the compose backend takes them (backend is {self.backend})")
         if self.clock and self.backend != "local":
             raise ClusterError(f"clock: only the local backend starts its nodes under libfaketime "
+                               f"(backend is {self.backend})")
+        if self.disk and self.backend != "local":
+            raise ClusterError(f"disk: only the local backend puts its nodes' log directories on diskfs "
                                f"(backend is {self.backend})")
         self._validate_security()
         for node_id in self.node_config:
@@ -334,4 +338,5 @@ def cluster_config(data: dict, name: str, base: Path | None = None) -> ClusterCo
                          kafka_version=c["kafka_version"], broker_config=c["config"],
                          node_config={int(k): v for k, v in c["node_config"].items()},
                          proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"),
-                         image=c.get("image"), compose_file=compose_file, clock=bool(c.get("clock", False)))
+                         image=c.get("image"), compose_file=compose_file, clock=bool(c.get("clock", False)),
+                         disk=bool(c.get("disk", False)))

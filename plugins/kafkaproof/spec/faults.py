@@ -21,7 +21,11 @@ ROLLING_KINDS = ("rolling_upgrade", "rolling_restart")
 # A node's wall clock shifted by `offset_s` (libfaketime; its monotonic clock is left alone), back
 # to true time at heal. Needs a cluster started with clock faults on (docs/clock.md).
 CLOCK_KINDS = ("clock_skew",)
-FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS + ROLLING_KINDS + CLOCK_KINDS
+# A node's log directory on a FUSE filesystem (diskfs) that fails or slows operations, fills up, or loses
+# power: every write since a file's last fsync dropped. Needs a cluster started with disk faults on
+# (docs/disk.md).
+DISK_KINDS = ("disk_error", "disk_full", "disk_latency", "power_loss")
+FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS + ROLLING_KINDS + CLOCK_KINDS + DISK_KINDS
 # Largest clock offset a scenario may ask for (about ten years either way).
 MAX_CLOCK_OFFSET_S = 10 * 366 * 86400
 # The steps of a rolling fault, each a row of the fault log of its own (not injectable by themselves).
@@ -35,6 +39,8 @@ _PROXY_DRAW = {"probability": (_NUM, False), "every": (int, False), "count": (in
 # Proxy rule action of each proxy fault kind (`bandwidth` is taken by the tc fault).
 PROXY_ACTIONS = {"lost_ack": "lost_ack", "error": "error", "latency": "latency", "proxy_bandwidth": "bandwidth",
                  "reset": "reset", "blackhole": "blackhole"}
+# The diskfs rule action of each disk fault kind that is a rule (`power_loss` is not: it happens once).
+DISK_ACTIONS = {"disk_error": "error", "disk_full": "full", "disk_latency": "latency"}
 # Kinds whose rule applies to Produce unless `api` says otherwise.
 PROXY_DEFAULT_API = {"lost_ack": "produce", "error": "produce"}
 
@@ -62,6 +68,10 @@ FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
                         "finalize": (bool, False), "timeout_s": (_NUM, False)},
     "rolling_restart": {"config": (dict, False), "graceful": (bool, False), "timeout_s": (_NUM, False)},
     "clock_skew": {"offset_s": (_NUM, True)},
+    "disk_error": {"op": (str, False), "path": (str, False), "errno": (str, False)},
+    "disk_full": {"path": (str, False)},
+    "disk_latency": {"ms": (_NUM, True), "op": (str, False), "path": (str, False)},
+    "power_loss": {},
 }
 
 
@@ -90,7 +100,8 @@ class FaultSpec:
     def validate(self, where: str = "fault") -> "FaultSpec":
         """Check kind, target form and parameters; raises FaultError naming `where` and what is allowed.
 
-        A proxy fault's rule is checked further by the proxy's own parser (faults.check_fault).
+        A proxy fault's rule is checked further by the proxy's own parser, a disk fault's by diskfs'
+        (faults.check_fault).
         """
         if self.kind not in FAULT_KINDS:
             raise FaultError(f"{where}.kind: unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
@@ -149,6 +160,10 @@ class FaultSpec:
     def is_clock(self) -> bool:
         return self.kind in CLOCK_KINDS
 
+    @property
+    def is_disk(self) -> bool:
+        return self.kind in DISK_KINDS
+
 
 def proxy_rule(spec: FaultSpec, rule_id: str | None = None) -> dict[str, Any]:
     """Pure: the proxy rule (docs/proxy.md) of a proxy fault; its id is the fault id."""
@@ -157,6 +172,15 @@ def proxy_rule(spec: FaultSpec, rule_id: str | None = None) -> dict[str, Any]:
         rule.setdefault("api", PROXY_DEFAULT_API[spec.kind])
     if rule_id is not None:
         rule["id"] = rule_id
+    return rule
+
+
+def disk_rule(spec: FaultSpec, rule_id: str) -> dict[str, Any]:
+    """Pure: the diskfs rule (docs/disk.md) of a disk fault other than `power_loss`; its id is the fault id.
+    A `disk_error` fails writes unless `op` says otherwise."""
+    rule: dict[str, Any] = {"id": rule_id, "action": DISK_ACTIONS[spec.kind], **spec.params}
+    if spec.kind == "disk_error":
+        rule.setdefault("op", "write")
     return rule
 
 

@@ -20,7 +20,7 @@ from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
 from . import random_faults
-from .faults import CLOCK_KINDS, FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
+from .faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
@@ -76,6 +76,10 @@ SCHEMA: dict[str, Any] = {
                 "clock": {"type": "boolean",
                           "description": "nodes run under libfaketime, so clock faults can shift their clocks "
                                          "(default: on when the timeline has a clock fault; local backend)"},
+                "disk": {"type": "boolean",
+                         "description": "log directories on diskfs (FUSE), so disk faults can fail them, slow "
+                                        "them, fill them or cut the power (default: on when the timeline has a "
+                                        "disk fault; local backend)"},
                 "backend": {"enum": list(CLUSTER_BACKENDS),
                             "description": "local: Kafka JVMs on this host (default); compose: containers of a "
                                            "Docker Compose project (compose/)"},
@@ -510,9 +514,10 @@ def _check_semantics(data: dict, source: str) -> None:
             fail("cluster.proxy", f"false, but faults[{i}] ({data['faults'][i]['kind']}) needs the fault proxy; "
                                   f"remove cluster.proxy or set it to true")
         data["cluster"]["proxy"] = True  # implied (only written when on: older scenarios keep their hash)
-    clock_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in CLOCK_KINDS]
-    if clock_faults:
-        _imply_clock(data, f"faults[{clock_faults[0]}] ({data['faults'][clock_faults[0]]['kind']})", fail)
+    for setting, kinds in NODE_FEATURES.items():
+        needing = [i for i, f in enumerate(data["faults"]) if f["kind"] in kinds]
+        if needing:
+            _imply_node_feature(data, setting, f"faults[{needing[0]}] ({data['faults'][needing[0]]['kind']})", fail)
     for i, f in enumerate(data["faults"]):
         where = f"faults[{i}]"
         target = f.get("target", "")
@@ -558,15 +563,22 @@ def _check_semantics(data: dict, source: str) -> None:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
 
 
-def _imply_clock(data: dict, needed_by: str, fail) -> None:
-    """A clock fault needs its cluster's nodes started under libfaketime: `cluster.clock` is implied (only
-    written when on, so other scenarios keep their hash); only the local backend has it."""
-    if data["cluster"].get("clock") is False:
-        fail("cluster.clock", f"false, but {needed_by} needs it; remove cluster.clock or set it to true")
+# Node features of the local backend that fault kinds need: the cluster setting, the kinds, and what it does.
+NODE_FEATURES = {"clock": CLOCK_KINDS, "disk": DISK_KINDS}
+_NODE_FEATURE_WHAT = {"clock": "its nodes are started under libfaketime",
+                      "disk": "its nodes' log directories are on diskfs"}
+
+
+def _imply_node_feature(data: dict, setting: str, needed_by: str, fail) -> None:
+    """A clock fault needs its cluster's nodes started under libfaketime, a disk fault their log directories
+    on diskfs: `cluster.clock` / `cluster.disk` is implied (only written when on, so other scenarios keep
+    their hash); only the local backend has them."""
+    if data["cluster"].get(setting) is False:
+        fail(f"cluster.{setting}", f"false, but {needed_by} needs it; remove cluster.{setting} or set it to true")
     if data["cluster"].get("backend", "local") != "local":
         fail("cluster.backend", f"{data['cluster']['backend']}: {needed_by} needs the local backend "
-                                f"(its nodes are started under libfaketime)")
-    data["cluster"]["clock"] = True
+                                f"({_NODE_FEATURE_WHAT[setting]})")
+    data["cluster"][setting] = True
 
 
 def _check_random(data: dict, fail) -> None:
@@ -585,8 +597,9 @@ def _check_random(data: dict, fail) -> None:
         if data["cluster"].get("proxy") is False:
             fail("cluster.proxy", "false, but faults.random draws proxy faults; remove cluster.proxy or set it to true")
         data["cluster"]["proxy"] = True
-    if any(k["kind"] in CLOCK_KINDS for k in spec["kinds"]):
-        _imply_clock(data, "faults.random (it draws clock faults)", fail)
+    for setting, kinds in NODE_FEATURES.items():
+        if any(k["kind"] in kinds for k in spec["kinds"]):
+            _imply_node_feature(data, setting, f"faults.random (it draws {setting} faults)", fail)
     for i, cond in enumerate(data.get("exercised") or []):
         if "before_fault" in cond:
             fail(f"exercised[{i}].before_fault", "names a fault of a timeline; a random schedule has none up front")

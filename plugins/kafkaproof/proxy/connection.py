@@ -467,7 +467,7 @@ class _Connection:
         if inflight.special:
             rewritten = self.proxy.process_special(self, inflight.ctx.header, frame, alterations)
         elif alterations:
-            rewritten = self.proxy.alter_records(self, inflight.ctx, frame, alterations)
+            rewritten = self.proxy.alter_answer(self, inflight.ctx, frame, alterations)
         if rewritten is not None:
             head, data = b"", rewritten
         state = inflight.fault

@@ -97,6 +97,52 @@ def misstate_leaders(payload: Any, mode: str, decide: Decide,
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class HiddenHint:
+    """One partition of a Produce or Fetch error answer whose leader hint (KIP-951) was taken out."""
+
+    topic: str | None
+    partition: int
+    leader: int
+    error_code: int
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready form used in events."""
+        return dataclasses.asdict(self)
+
+
+def hide_leader_hints(payload: Any, decide: Decide,
+                      names: Mapping[uuid.UUID, str] | None = None) -> tuple[Any, list[HiddenHint]]:
+    """A Produce (v10+) or Fetch (v12+) answer without the current-leader hints of its failed partitions that
+    ``decide`` picks (leader and epoch -1, no node endpoints), and which it hid.
+
+    A client refused with NOT_LEADER_OR_FOLLOWER takes the true leader from that hint (librdkafka
+    since KIP-951) instead of asking for metadata: a `stale` metadata rule hides it, so the client
+    asks, and believes the stale answer again until the heal.
+    """
+    is_produce = payload.__api_key__ == 0
+    hidden: list[HiddenHint] = []
+    topics = []
+    for topic in payload.responses:
+        name, topic_id = _topic_ident(topic, names or {})
+        field = "partition_responses" if is_produce else "partitions"
+        parts = []
+        for part in getattr(topic, field):
+            hint = getattr(part, "current_leader", None)
+            index = int(part.index if is_produce else part.partition_index)
+            if hint is None or int(hint.leader_id) < 0 or int(part.error_code) == 0 or not decide(name, topic_id, index):
+                parts.append(part)
+                continue
+            parts.append(dataclasses.replace(part, current_leader=dataclasses.replace(
+                hint, leader_id=i32(-1), leader_epoch=i32(-1))))
+            hidden.append(HiddenHint(name, index, int(hint.leader_id), int(part.error_code)))
+        topics.append(dataclasses.replace(topic, **{field: tuple(parts)}))
+    if not hidden:
+        return payload, hidden
+    extra = {"node_endpoints": ()} if hasattr(payload, "node_endpoints") else {}
+    return dataclasses.replace(payload, responses=tuple(topics), **extra), hidden
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BatchChange:
     """One record batch of a Fetch answer a rule altered: corrupted in place, or repeated at ``copy_offset``."""
 

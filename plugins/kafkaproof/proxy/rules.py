@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import RuleError
 from .protocol import ERROR_APIS, FETCH, METADATA, PRODUCE, TopicPartitions, api_key_of, api_name, error_code_of
-from .responses import CORRUPT, DUPLICATE, METADATA_MODES
+from .responses import CORRUPT, DUPLICATE, METADATA_MODES, STALE
 
 LOST_ACK = "lost_ack"
 ERROR = "error"
@@ -115,6 +115,9 @@ class Rule:
     bytes_per_s: float | None = None
     after_bytes: int | None = None
     mode: str | None = None
+    # Answers of other APIs the rule also alters (a stale metadata rule: Produce and Fetch, whose error
+    # answers carry leader hints); derived from the action and mode, never written.
+    also_apis: frozenset[int] = frozenset()
 
     @property
     def needs_targets(self) -> bool:
@@ -133,7 +136,7 @@ class Rule:
 
     def matches_header(self, broker: int | None, proxy: str, api_key: int, client_id: str | None) -> bool:
         """Filters that need only the peeked request header and the listener identity."""
-        if self.api is not None and api_key not in self.api:
+        if self.api is not None and api_key not in self.api and api_key not in self.also_apis:
             return False
         if self.broker is not None and broker != self.broker:
             return False
@@ -262,7 +265,7 @@ def _action_fields(action: str, spec: Mapping[str, Any], apis: frozenset[int] | 
         if mode not in METADATA_MODES:
             raise RuleError(f"rule field 'mode' of a metadata rule must be one of {', '.join(METADATA_MODES)} "
                             f"(missing: no leader; stale: another replica named leader); got {mode!r}")
-        return {"mode": mode}
+        return {"mode": mode, "also_apis": frozenset({PRODUCE, FETCH}) if mode == STALE else frozenset()}
     return {}
 
 

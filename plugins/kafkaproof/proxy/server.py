@@ -34,6 +34,7 @@ from . import responses
 from .errors import KafkaProtocolError, ProxyError, RuleError, UnsupportedVersion
 from .events import EventSink, JsonlEventSink, stamp
 from .connection import _Connection, _Request, format_hostport, parse_hostport  # noqa: F401 (re-exported)
+from .responses import STALE
 from .rules import CORRUPT, DUPLICATE, METADATA_FAULT, Pacer, Rule, RuleState, parse_rule
 from .stream import FrameProtocol
 
@@ -399,22 +400,32 @@ class FaultProxy:
                        detail={"mode": rule.mode, "changes": [c.as_json() for c in changes]})
         return altered
 
-    def alter_records(self, conn: _Connection, ctx: _Request, frame: bytes,
-                      alterations: Iterable[RuleState]) -> bytes | None:
-        """A Fetch answer with the `corrupt`/`duplicate` rules applied (each fires once per batch it alters),
-        framed; None when nothing changed."""
+    def alter_answer(self, conn: _Connection, ctx: _Request, frame: bytes,
+                     alterations: Iterable[RuleState]) -> bytes | None:
+        """A Produce or Fetch answer with the rules applied, framed; None when nothing changed. `corrupt` and
+        `duplicate` fire once per batch they alter; a `stale` metadata rule hides the leader hints of the
+        partitions it misstates (without firing: its answers are Metadata)."""
         header = ctx.header
-        states = [s for s in alterations if s.rule.action in (CORRUPT, DUPLICATE) and self.is_live(s)]
+        states = [s for s in alterations if self.is_live(s)
+                  and (s.rule.mode == STALE or (s.rule.action in (CORRUPT, DUPLICATE) and header.api_key == kp.FETCH))]
         if not states:
             return None
         try:
             payload = kp.decode_response(frame, header.api_key, header.api_version)
         except (KafkaProtocolError, UnsupportedVersion) as exc:
             conn.event("decode_failed", ctx, detail={"error": str(exc)})
-            log.warning("Fetch v%d response passed through unaltered: %s", header.api_version, exc)
+            log.warning("%s v%d response passed through unaltered: %s", kp.api_name(header.api_key),
+                        header.api_version, exc)
             return None
         altered = False
         for state in states:
+            if state.rule.action == METADATA_FAULT:
+                payload, hidden = responses.hide_leader_hints(payload, state.rule.matches_partition, self.topic_names)
+                if hidden:
+                    altered = True
+                    conn.event("fault", ctx, state, phase="leader_hint_hidden", topics=_changed_topics(hidden),
+                               detail={"hints": [h.as_json() for h in hidden]})
+                continue
             payload, changes = responses.alter_batches(payload, state.rule.action, self._batch_decider(state),
                                                        self.topic_names)
             if changes:

@@ -4,6 +4,7 @@ the proxy in front of the fake broker."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 import sys
 import uuid
@@ -17,7 +18,7 @@ from kafkaproof.proxy import FaultProxy, MemoryEventSink, Route, RuleError, pars
 from kafkaproof.proxy import protocol as kp
 from kafkaproof.proxy import records as rb
 from kafkaproof.proxy.fake_broker import FakeCluster, RawClient, crc32c, make_record_batch
-from kafkaproof.proxy.responses import alter_batches, misstate_leaders
+from kafkaproof.proxy.responses import alter_batches, hide_leader_hints, misstate_leaders
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -258,3 +259,28 @@ def test_fetch_rules_through_the_proxy_count_the_batches_they_alter(action: str)
             for broker in brokers:
                 await broker.stop()
     asyncio.run(scenario())
+
+
+def _error_answer_with_hint(api_key: int, version: int) -> Any:
+    """A Produce or Fetch answer refusing partitions 0 and 1 of t with NOT_LEADER_OR_FOLLOWER, hinting broker 3."""
+    response = kp.build_error_response(api_key, version, [kp.TopicPartitions("t", (0, 1), TOPIC_ID)],
+                                       ErrorCode.not_leader_or_follower)
+    mod = sys.modules[type(response).__module__]
+    hint = mod.LeaderIdAndEpoch(leader_id=i32(3), leader_epoch=i32(7))
+    field = "partition_responses" if api_key == kp.PRODUCE else "partitions"
+    topic = response.responses[0]
+    parts = tuple(dataclasses.replace(p, current_leader=hint) for p in getattr(topic, field))
+    return dataclasses.replace(response, responses=(dataclasses.replace(topic, **{field: parts}),))
+
+
+@pytest.mark.parametrize("api_key,version", [(kp.PRODUCE, v) for v in range(10, 14)] + [(kp.FETCH, v) for v in range(12, 19)])
+def test_stale_rules_hide_the_leader_hints_of_error_answers(api_key: int, version: int) -> None:
+    payload = roundtrip(_error_answer_with_hint(api_key, version), api_key, version)
+    altered, hidden = hide_leader_hints(payload, lambda t, tid, p: t == "t" and p == 1, {TOPIC_ID: "t"})
+    out = roundtrip(altered, api_key, version)
+    parts = out.responses[0].partition_responses if api_key == kp.PRODUCE else out.responses[0].partitions
+    assert [(int(p.current_leader.leader_id), int(p.current_leader.leader_epoch)) for p in parts] == [(3, 7), (-1, -1)]
+    assert [h.as_json() for h in hidden] == [{"topic": "t", "partition": 1, "leader": 3,
+                                              "error_code": int(ErrorCode.not_leader_or_follower)}]
+    assert parse_rule({"action": "metadata", "mode": "stale"}).matches_header(None, "p", api_key, None)
+    assert not parse_rule({"action": "metadata", "mode": "missing"}).matches_header(None, "p", api_key, None)

@@ -49,7 +49,7 @@ def _topic_ident(topic: Any, names: Mapping[uuid.UUID, str]) -> tuple[str | None
     topic_id = getattr(topic, "topic_id", None)
     topic_id = topic_id if topic_id is not None and topic_id.int != 0 else None
     if name is None and topic_id is not None:
-        name = names.get(topic_id)
+        name = names.get(topic_id, str(topic_id))  # an id this proxy saw no Metadata answer name: the id
     return name, topic_id
 
 

@@ -1,7 +1,7 @@
-"""A crashed run leaves nothing running: the runner is SIGKILLed at random moments (some in the middle
-of a rolling upgrade, a node out), then `kafkaproof cluster down --all` must leave no process,
-namespace, veth, nft table, proxy or registry entry of it behind, and the next run on the same host
-must pass."""
+"""A crashed run leaves nothing running: the runner is SIGKILLed at random moments (one in the middle
+of a rolling upgrade, a node out; one with a disk fault on diskfs), then `kafkaproof cluster down --all`
+must leave no process, namespace, veth, nft table, proxy, FUSE mount or registry entry of it behind, and
+the next run on the same host must pass."""
 from __future__ import annotations
 
 import os
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kafkaproof.cluster import network, procs, state
+from kafkaproof.cluster.disk import fuse_mounts_under
 
 from support import needs_root
 
@@ -24,6 +25,7 @@ pytestmark = [pytest.mark.cluster, needs_root]
 from support import REPO  # noqa: E402
 SCENARIO = REPO / "tests" / "data" / "crash-lost-acks.yaml"
 ROLLING = REPO / "tests" / "data" / "crash-rolling.yaml"
+DISK = REPO / "tests" / "data" / "crash-disk.yaml"
 # Where to kill (a line of the runner's log that starts the window, and how long after it), in which run.
 KILL_POINTS = {
     "provisioning": (re.compile(r"\] provision$"), (0.5, 6.0), SCENARIO),
@@ -31,8 +33,10 @@ KILL_POINTS = {
     "drain": (re.compile(r"\] drain$"), (0.0, 0.4), SCENARIO),
     # a node of a rolling upgrade stopped and being started on the new version
     "mid-roll": (re.compile(r"node \d+ will start as Kafka 4\.3\.1"), (0.0, 1.0), ROLLING),
+    # every node's log directory on diskfs, a slow-disk rule active
+    "mid-disk": (re.compile(r"fault disk_latency-[0-9a-f]+: disk_latency on all"), (0.0, 1.5), DISK),
 }
-ROUNDS = ["provisioning", "mid-fault", "drain", "mid-roll", "mid-fault", "mid-roll"]
+ROUNDS = ["provisioning", "mid-fault", "drain", "mid-roll", "mid-disk"]
 
 
 def ours(marker: str) -> list[str]:
@@ -61,6 +65,7 @@ def leftovers(out: Path) -> dict[str, list[str]]:
         "veths": sorted(set(re.findall(r"kp\d+n\d+h", links))),
         "nft_tables": [t for t in root_nft if "kp_" in t],
         "clusters": state.list_clusters(),
+        "fuse_mounts": fuse_mounts_under(state.state_dir()),
         "registered": [e["owner"] for e in procs.entries()],
     }
     return {k: v for k, v in found.items() if v}

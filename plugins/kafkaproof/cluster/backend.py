@@ -69,6 +69,12 @@ class ClusterBackend(Protocol):
     def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None: ...
     def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
         """Move each node's wall clock by its offset from true time (0: back); returns the evidence per node."""
+    def disk_state(self, node_id: int) -> str:
+        """running | dead of the node's faulty disk (diskfs), 'none' without one."""
+    def disk_control(self, node_id: int) -> Any:
+        """A connected control client of the node's diskfs (close it after use)."""
+    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
+        """Cut the nodes' power at once (every write since a file's last fsync dropped); what each disk dropped."""
 
     # fault proxies
     @property

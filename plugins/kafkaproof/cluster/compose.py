@@ -193,6 +193,15 @@ class ComposeCluster(StatefulCluster):
     def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
         raise FaultError(self.unsupported_reason("clock_skew"))
 
+    def disk_state(self, node_id: int) -> str:
+        return "none"
+
+    def disk_control(self, node_id: int):
+        raise FaultError(self.unsupported_reason("disk_error"))
+
+    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
+        raise FaultError(self.unsupported_reason("power_loss"))
+
     # --- lifecycle ------------------------------------------------------------
     @classmethod
     def up(cls, config: ClusterConfig, image: str | None = None) -> "ComposeCluster":

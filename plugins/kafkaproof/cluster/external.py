@@ -184,6 +184,15 @@ class ExternalCluster(StatefulCluster):
     def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
         raise FaultError(NOT_OWNED)
 
+    def disk_state(self, node_id: int) -> str:
+        return "none"
+
+    def disk_control(self, node_id: int):
+        raise FaultError(NOT_OWNED)
+
+    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
+        raise FaultError(NOT_OWNED)
+
     def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
         return None
 

@@ -1,5 +1,4 @@
-"""The last word on a fault's parameters: for proxy faults, the proxy's own rule parser; for disk
-faults, diskfs' (`cluster.disk.DiskRule`).
+"""The last word on a fault's parameters: for proxy faults, the proxy's own rule parser.
 
 `FaultSpec.validate` (spec layer) checks kind, target and parameter types; a proxy fault's
 rule also has to satisfy the proxy (value ranges, error names, combinations). Runs check
@@ -10,21 +9,14 @@ from __future__ import annotations
 import re
 
 from ..errors import FaultError, ScenarioError
-from ..spec.faults import DISK_ACTIONS, FAULT_PARAMS, PROXY_KINDS, FaultSpec, disk_rule, proxy_rule
+from ..spec.faults import FAULT_PARAMS, PROXY_KINDS, FaultSpec, proxy_rule
 
 
 def check_fault(spec: FaultSpec, where: str = "fault") -> FaultSpec:
-    """Validate a fault completely (the spec's checks and, for a proxy or disk fault, its rule parser's);
-    FaultError otherwise."""
+    """Validate a fault completely (the spec's checks and, for a proxy fault, the proxy's); FaultError otherwise."""
     spec.validate(where)
     if spec.kind in PROXY_KINDS:
         _validate_proxy_rule(spec, where)
-    if spec.kind in DISK_ACTIONS:
-        from ..cluster.disk import DiskRule
-        try:
-            DiskRule.from_json(disk_rule(spec, "check"))
-        except FaultError as e:
-            raise FaultError(f"{where}.params.{e}") from None
     return spec
 
 

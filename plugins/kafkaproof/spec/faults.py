@@ -25,6 +25,11 @@ CLOCK_KINDS = ("clock_skew",)
 # power: every write since a file's last fsync dropped. Needs a cluster started with disk faults on
 # (docs/disk.md).
 DISK_KINDS = ("disk_error", "disk_full", "disk_latency", "power_loss")
+# What a disk fault's `op` may say: data reads, data writes (and size changes), fsync, the namespace
+# (create, mkdir, rename, unlink, rmdir), or all of them; the errno names a `disk_error` may return.
+DISK_OPS = ("read", "write", "sync", "meta", "all")
+DISK_ERRNOS = ("EIO", "EROFS", "EDQUOT")
+MAX_DISK_LATENCY_MS = 60_000
 FAULT_KINDS = PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS + ROLLING_KINDS + CLOCK_KINDS + DISK_KINDS
 # Largest clock offset a scenario may ask for (about ten years either way).
 MAX_CLOCK_OFFSET_S = 10 * 366 * 86400
@@ -100,8 +105,7 @@ class FaultSpec:
     def validate(self, where: str = "fault") -> "FaultSpec":
         """Check kind, target form and parameters; raises FaultError naming `where` and what is allowed.
 
-        A proxy fault's rule is checked further by the proxy's own parser, a disk fault's by diskfs'
-        (faults.check_fault).
+        A proxy fault's rule is checked further by the proxy's own parser (faults.check_fault).
         """
         if self.kind not in FAULT_KINDS:
             raise FaultError(f"{where}.kind: unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
@@ -134,6 +138,8 @@ class FaultSpec:
             _validate_groups(self.params["groups"], f"{where}.params.groups")
         if self.kind in ROLLING_KINDS:
             _validate_rolling(self.params, where)
+        if self.kind in DISK_KINDS:
+            check_disk_params(self.params, where)
         if self.kind in CLOCK_KINDS and not 0 < abs(self.params["offset_s"]) <= MAX_CLOCK_OFFSET_S:
             raise FaultError(f"{where}.params.offset_s: must be non-zero and at most {MAX_CLOCK_OFFSET_S} s "
                              f"(ten years) either way, got {self.params['offset_s']}")
@@ -182,6 +188,20 @@ def disk_rule(spec: FaultSpec, rule_id: str) -> dict[str, Any]:
     if spec.kind == "disk_error":
         rule.setdefault("op", "write")
     return rule
+
+
+def check_disk_params(params: Mapping[str, Any], where: str) -> None:
+    """Pure: the values of a disk fault's (or diskfs rule's) `op`, `errno`, `ms` and `path`; FaultError naming
+    `where`.params.<name> otherwise."""
+    if params.get("op", "all") not in DISK_OPS:
+        raise FaultError(f"{where}.params.op: {params['op']!r} is not an operation; allowed: {', '.join(DISK_OPS)}")
+    if params.get("errno", "EIO") not in DISK_ERRNOS:
+        raise FaultError(f"{where}.params.errno: {params['errno']!r} is not one a disk fault returns; allowed: "
+                         f"{', '.join(DISK_ERRNOS)} (ENOSPC: disk_full)")
+    if "ms" in params and not 0 < params["ms"] <= MAX_DISK_LATENCY_MS:
+        raise FaultError(f"{where}.params.ms: must be in (0, {MAX_DISK_LATENCY_MS}], got {params['ms']:g}")
+    if ".." in str(params.get("path", "")).split("/"):
+        raise FaultError(f"{where}.params.path: {params['path']!r} must stay inside the log directory (no '..')")
 
 
 def _typename(typ) -> str:

@@ -22,7 +22,7 @@ job = load_analysis_job()
 pytestmark = pytest.mark.unit
 
 
-def test_parameters_are_checked_by_the_spec_and_by_diskfs_rules():
+def test_parameters_are_checked_before_anything_starts_and_again_by_diskfs():
     assert set(DISK_KINDS) <= set(FAULT_KINDS)
     check_fault(FaultSpec("disk_error", "leader:0", {"op": "read", "path": "orders-0", "errno": "EROFS"}))
     check_fault(FaultSpec("disk_latency", "all", {"ms": 20}))
@@ -55,6 +55,10 @@ def test_a_disk_error_fails_writes_unless_told_otherwise_and_rules_match_paths()
     assert slow.verdict("sync", "a", False) == (None, 0.25)
     with pytest.raises(FaultError, match="action: 'melt'"):
         DiskRule.from_json({"id": "r", "action": "melt"})
+    with pytest.raises(FaultError, match="rule.params.op: 'append' is not an operation"):
+        DiskRule.from_json({"id": "r", "action": "error", "op": "append"})
+    with pytest.raises(FaultError, match="rule.params.ms: a latency rule needs it"):
+        DiskRule.from_json({"id": "r", "action": "latency"})
     with pytest.raises(FaultError, match="colour: not a field"):
         DiskRule.from_json({"id": "r", "action": "error", "colour": "red"})
     assert control_address(REPO / "a") != control_address(REPO / "b") and control_address(REPO).startswith("\0")
@@ -166,3 +170,18 @@ def test_the_verdict_takes_a_disk_fault_only_when_it_did_something():
               "node 2 dead, its disk dropped 10 unsynced bytes of 1 file")
     assert job.fault_effect(_fault("power_loss", {"node_states": {"1": "running"}}))[0] is False
     assert job.fault_effect(_fault("power_loss", {})) == (False, "no node state was recorded after the power loss")
+
+
+def test_a_random_schedule_that_draws_disk_faults_implies_diskfs(tmp_path):
+    doc = {"name": "nemesis", "guarantee": "at-least-once", "producers": {"messages": 1000, "rate": 100},
+           "cluster": {"brokers": 3},
+           "faults": {"random": {"seed": 7, "kinds": [{"kind": "power_loss"},
+                                                      {"kind": "disk_latency", "params": {"ms": 20}}],
+                                 "targets": ["random", "leader:0"], "interval_s": [2, 4], "duration_s": [1, 2]}}}
+    path = tmp_path / "nemesis.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert scenario_mod.load(path).data["cluster"]["disk"] is True
+    doc["faults"]["random"]["kinds"][1]["params"] = {"ms": -1}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ScenarioError, match="faults.random.kinds\\[1\\].params.ms: must be in"):
+        scenario_mod.load(path)

@@ -1110,7 +1110,8 @@ def fault_metrics(sends: DataFrame, faults: list[dict[str, Any]], t0: int, end_n
 # Kinds of fault and what shows they took effect (docs/analysis.md "Was the check exercised?").
 NODE_STATE_AFTER = {"kill": "dead", "stop": "dead", "pause": "paused"}
 NFT_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss")
-PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
+PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole", "metadata",
+                     "fetch_corrupt", "fetch_duplicate")
 ROLLING_FAULT_KINDS = ("rolling_upgrade", "rolling_restart")
 CLOCK_FAULT_KINDS = ("clock_skew",)
 DISK_RULE_KINDS = ("disk_error", "disk_full", "disk_latency")

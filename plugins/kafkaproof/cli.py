@@ -379,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "keeping kafkaproof's service names, addresses and labels (docs/compose.md)")
     up.add_argument("--proxy", action="store_true",
                     help="a Kafka-aware fault proxy in front of each broker on the client path "
-                         "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole)")
+                         "(needed by lost_ack, error, latency, proxy_bandwidth, reset, blackhole, metadata, "
+                         "fetch_corrupt, fetch_duplicate)")
     up.add_argument("--clock", action="store_true",
                     help="local backend: start the nodes under libfaketime, so clock_skew faults can move their "
                          "wall clocks (docs/clock.md)")

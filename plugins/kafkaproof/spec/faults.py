@@ -14,7 +14,8 @@ from ..errors import FaultError
 
 PROCESS_KINDS = ("kill", "stop", "pause", "restart")
 NETWORK_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss", "bandwidth")
-PROXY_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole")
+PROXY_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole", "metadata", "fetch_corrupt",
+               "fetch_duplicate")
 # One node at a time: stop, start again on another version and/or with other settings, wait until it
 # is back in every ISR (docs/upgrades.md). Instantaneous on the timeline: no `duration`.
 ROLLING_KINDS = ("rolling_upgrade", "rolling_restart")
@@ -43,7 +44,8 @@ _PROXY_MATCH = {"api": ((str, int, list), False), "topic": (str, False), "partit
 _PROXY_DRAW = {"probability": (_NUM, False), "every": (int, False), "count": (int, False)}
 # Proxy rule action of each proxy fault kind (`bandwidth` is taken by the tc fault).
 PROXY_ACTIONS = {"lost_ack": "lost_ack", "error": "error", "latency": "latency", "proxy_bandwidth": "bandwidth",
-                 "reset": "reset", "blackhole": "blackhole"}
+                 "reset": "reset", "blackhole": "blackhole", "metadata": "metadata", "fetch_corrupt": "corrupt",
+                 "fetch_duplicate": "duplicate"}
 # The diskfs rule action of each disk fault kind that is a rule (`power_loss` is not: it happens once).
 DISK_ACTIONS = {"disk_error": "error", "disk_full": "full", "disk_latency": "latency"}
 # Kinds whose rule applies to Produce unless `api` says otherwise.
@@ -69,6 +71,10 @@ FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
     "proxy_bandwidth": {**_PROXY_MATCH, "bytes_per_s": (_NUM, True), "direction": (str, False)},
     "reset": {**_PROXY_MATCH, **_PROXY_DRAW, "after_bytes": (int, False), "direction": (str, False)},
     "blackhole": {**_PROXY_MATCH, **_PROXY_DRAW},
+    # Answers altered on their way back: Metadata leaders (`mode` missing or stale), Fetch record batches.
+    "metadata": {**_PROXY_MATCH, **_PROXY_DRAW, "mode": (str, True)},
+    "fetch_corrupt": {**_PROXY_MATCH, **_PROXY_DRAW},
+    "fetch_duplicate": {**_PROXY_MATCH, **_PROXY_DRAW},
     "rolling_upgrade": {"version": (str, True), "config": (dict, False), "graceful": (bool, False),
                         "finalize": (bool, False), "timeout_s": (_NUM, False)},
     "rolling_restart": {"config": (dict, False), "graceful": (bool, False), "timeout_s": (_NUM, False)},

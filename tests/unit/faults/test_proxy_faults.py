@@ -42,6 +42,9 @@ def test_proxy_kinds_are_fault_kinds_and_map_to_valid_rules():
         "proxy_bandwidth": {"bytes_per_s": 100000, "direction": "request"},
         "reset": {"api": "produce", "after_bytes": 1000},
         "blackhole": {},
+        "metadata": {"mode": "stale", "topic": "t", "partitions": [0], "count": 3},
+        "fetch_corrupt": {"every": 10, "count": 5},
+        "fetch_duplicate": {"topic": "t", "probability": 0.5},
     }
     for kind in PROXY_KINDS:
         spec = FaultSpec(kind, "leader:0", examples[kind]).validate()
@@ -54,6 +57,19 @@ def test_proxy_kinds_are_fault_kinds_and_map_to_valid_rules():
     assert proxy_rule(FaultSpec("error", "all", {"error": 19}))["api"] == "produce"
     assert "api" not in proxy_rule(FaultSpec("latency", "all", {"ms": 5}))
     assert proxy_rule(FaultSpec("error", "all", {"error": 3, "api": "fetch"}))["api"] == "fetch"
+
+
+def test_fault_kinds_map_to_rules_and_name_the_bad_param() -> None:
+    for kind, action in (("metadata", "metadata"), ("fetch_corrupt", "corrupt"), ("fetch_duplicate", "duplicate")):
+        params = {"mode": "missing"} if kind == "metadata" else {"every": 2}
+        rule = proxy_rule(check_fault(FaultSpec(kind, "all", {**params, "topic": "t", "partitions": [0]})), "x")
+        assert rule["action"] == action and parse_rule(rule).topic == "t"
+    with pytest.raises(FaultError, match=r"fault.params.mode: required for metadata"):
+        check_fault(FaultSpec("metadata", "all", {}))
+    with pytest.raises(FaultError, match=r"fault.params.mode: .*missing, stale"):
+        check_fault(FaultSpec("metadata", "all", {"mode": "old"}))
+    with pytest.raises(FaultError, match=r"fault.params.api: .*fetch answers only"):
+        check_fault(FaultSpec("fetch_corrupt", "all", {"api": "produce"}))
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -1,4 +1,4 @@
-"""kafkaproof DAGs: the nightly suite, a manual pre-upgrade check, and an upgrade comparison.
+"""kafkaproof DAGs: the nightly suite, a weekly soak, a manual pre-upgrade check, and an upgrade comparison.
 
 Thin by design: every task calls `kafkaproof.pipeline`. Every DAG has one shape: the scenarios
 run one after another (provision → run → teardown, one cluster at a time; in the nightly DAG
@@ -32,6 +32,9 @@ ANALYZE_APP = str(REPO / "spark" / "analyze.py")
 POOL = "kafka_cluster"  # one slot: two clusters must not share this host
 NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
+# Soak runs (hours of load and random faults, scenarios tagged `soak`): weekly, Saturday morning.
+SOAK_SUITE = os.environ.get("KAFKAPROOF_SOAK_SUITE", "soak")
+SOAK_SCHEDULE = os.environ.get("KAFKAPROOF_SOAK_SCHEDULE", "0 4 * * 6")
 SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
 # Scenarios asking for the same cluster share one, checked clean before each reuse (`pipeline.provision`).
 REUSE_CLUSTERS = os.environ.get("KAFKAPROOF_REUSE_CLUSTERS", "true").lower() not in ("0", "false", "no")
@@ -135,7 +138,9 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
             return {**pipeline.provision(resolved, name, reuse=reuse), "scenario": resolved.to_json(),
                     "control": control, "reuse": reuse}
 
-        @task(pool=POOL)
+        # A run bounds itself (its timeout_s); the task outlives that bound a little, for heal, drain and assembly.
+        @task(pool=POOL, execution_timeout=max(DEFAULT_ARGS["execution_timeout"],
+                                              timedelta(seconds=float(scenario.data["timeout_s"]) + 600)))
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
                 _report_run(pipeline.unstarted_run(scenario_name, cluster["error"]))
@@ -260,21 +265,39 @@ def chain_groups(groups: list) -> None:
         a.children[f"{a.group_id}.teardown_cluster"] >> b.children[f"{b.group_id}.provision"]
 
 
+SUITE_PARAMS = {"messages": Param(None, type=["null", "integer"], minimum=1, description="override producers.messages"),
+                "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
+                "brokers": BROKERS_PARAM,
+                "kafka_conn_id": KAFKA_CONN_PARAM}
+
+
 @dag(dag_id="kafka_reliability_nightly", schedule=NIGHTLY_SCHEDULE, start_date=datetime(2026, 1, 1), catchup=False,
      max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
      doc_md=f"Runs the `{NIGHTLY_SUITE}` suite of `scenarios/` every night and fails on any violated guarantee, "
             "undetected negative control or regression against history.",
-     params={"messages": Param(None, type=["null", "integer"], minimum=1, description="override producers.messages"),
-             "kafka_version": Param(None, type=["null", "string"], description="override cluster.kafka_version"),
-             "brokers": BROKERS_PARAM,
+     params={**SUITE_PARAMS,
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
-             "kafka_conn_id": KAFKA_CONN_PARAM,
              "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM,
              "reuse_clusters": Param(REUSE_CLUSTERS, type="boolean",
                                      description="run scenarios that ask for the same cluster on one cluster, "
                                                  "each checked clean before it is reused (reports say so)")})
 def kafka_reliability_nightly():
-    scenarios = pipeline.reuse_order(pipeline.suite(NIGHTLY_SUITE))
+    suite_tasks(NIGHTLY_SUITE)
+
+
+@dag(dag_id="kafka_reliability_soak", schedule=SOAK_SCHEDULE, start_date=datetime(2026, 1, 1), catchup=False,
+     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+     doc_md=f"Runs the `{SOAK_SUITE}` suite of `scenarios/` weekly: hours of load under a random fault rotation, "
+            "bounded in time and disk (`kafkaproof stop RUN_DIR` ends a run early and judges what was sent); "
+            "fails like the nightly DAG.",
+     params={**SUITE_PARAMS, "reuse_clusters": Param(False, type="boolean")})
+def kafka_reliability_soak():
+    suite_tasks(SOAK_SUITE)
+
+
+def suite_tasks(suite: str) -> None:
+    """One group per scenario of `suite`, one after another, then collect → analyze → judge → gate."""
+    scenarios = pipeline.reuse_order(pipeline.suite(suite))
     keys = [pipeline.cluster_key(s) for s in scenarios]
     built = [scenario_group(s, keep_for_next=i + 1 < len(keys) and keys[i + 1] == keys[i])
              for i, s in enumerate(scenarios)]
@@ -386,3 +409,4 @@ def kafka_upgrade_check():
 kafka_reliability_nightly()
 kafka_reliability_manual()
 kafka_upgrade_check()
+kafka_reliability_soak()

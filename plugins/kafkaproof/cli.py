@@ -192,6 +192,11 @@ def cmd_run(args) -> int:
     from .paths import runs_dir
     from .run import RunOptions, ScenarioRun
     from .spec import scenario as scenario_mod
+    if args.salvage:
+        from .run.salvage import salvage_run
+        manifest = salvage_run(Path(args.salvage))
+        print(f"salvaged ({manifest['status']}): {args.salvage} ({manifest['error']})")
+        return 0
     if args.replay:  # the scenario as that run ran it: its overrides applied, its random schedule drawn
         from .spec import ledger
         manifest = ledger.read_manifest(Path(args.replay))
@@ -199,7 +204,7 @@ def cmd_run(args) -> int:
     elif args.scenario:
         scn = scenario_mod.load(args.scenario)  # validated before anything starts
     else:
-        print("kafkaproof run: give a SCENARIO file or --replay RUN_DIR", file=sys.stderr)
+        print("kafkaproof run: give a SCENARIO file, --replay RUN_DIR or --salvage RUN_DIR", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
@@ -209,6 +214,19 @@ def cmd_run(args) -> int:
                                          upgrade_to=args.upgrade_to, seed=args.seed)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
+
+
+def cmd_stop(args) -> int:
+    from pathlib import Path
+    from .run.stopping import request_stop
+    from .spec import ledger
+    manifest = ledger.read_manifest(Path(args.run_dir))
+    if manifest.get("status") != "running":
+        print(f"kafkaproof stop: {args.run_dir} is not running (status {manifest.get('status')!r})", file=sys.stderr)
+        return 1
+    path = request_stop(Path(args.run_dir), args.reason or "stopped by `kafkaproof stop`")
+    print(f"asked the run to end its workload ({path}); it heals, drains and assembles what was sent")
+    return 0
 
 
 def cmd_batch(args) -> int:
@@ -443,7 +461,15 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--bootstrap", help="use an existing cluster instead of a local one: proxy and consumer "
                                         "faults only (proxies are started on this host when the scenario needs them)")
     rn.add_argument("--client-config", metavar="FILE", help=CLIENT_CONFIG_HELP)
+    rn.add_argument("--salvage", metavar="RUN_DIR",
+                    help="assemble the ledger of a run that ended before its drain (its runner killed), so it can "
+                         "be analysed; it stays incomplete")
     rn.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("stop", help="end a running run's workload early: it heals, drains and judges what was sent")
+    sp.add_argument("run_dir", help="the run directory of the running run")
+    sp.add_argument("--reason", help="why (recorded in its manifest as stopped_early.reason)")
+    sp.set_defaults(func=cmd_stop)
 
     bt = sub.add_parser("batch", help="run a suite without Airflow: every scenario, one analysis, verdicts, "
                                        "history and the gate (exit 1 when the gate fails)")

@@ -89,7 +89,8 @@ def test_dags_import_with_the_expected_structure(airflow_home):
     # scenarios asking for the same cluster run next to each other (and share it, checked, by default)
     assert nightly.params["reuse_clusters"] is True
     assert "e6_rf3_min_isr_2.teardown_cluster" in tasks["e1_two_nodes_no_failover.provision"].upstream_task_ids
-    for dag_id in ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check"):
+    for dag_id in ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check",
+                   "kafka_reliability_soak"):
         dag_tasks = {t.task_id: t for t in bag.get_dag(dag_id).tasks}
         # one spark-submit per DAG run, through the operator spark_default configures
         assert [t for t, op in dag_tasks.items() if type(op).__name__ == "SparkSubmitOperator"] == ["analyze"]
@@ -98,6 +99,13 @@ def test_dags_import_with_the_expected_structure(airflow_home):
         assert dag_tasks["collect_runs"].trigger_rule == dag_tasks["judge"].trigger_rule == "all_done"
         assert {"analyze", "collect_runs"} == dag_tasks["judge"].upstream_task_ids
     assert tasks["gate"].trigger_rule == "all_done" and tasks["gate"].upstream_task_ids == {"judge"}
+    # the weekly soak: hours-long runs whose workload task outlives the run's own bound (timeout_s)
+    soak = bag.get_dag("kafka_reliability_soak")
+    assert soak.schedule == "0 4 * * 6" and soak.max_active_runs == 1
+    soak_tasks = {t.task_id: t for t in soak.tasks}
+    assert soak_tasks["soak_random_faults.run_workload"].execution_timeout.total_seconds() == 8400 + 600
+    assert tasks["baseline.run_workload"].execution_timeout.total_seconds() == 1800
+    assert {"analyze", "judge", "gate"} <= set(soak_tasks)
     manual = bag.get_dag("kafka_reliability_manual")
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
     assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id"} <= set(manual.params)

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 AUTH_ERRORS = frozenset({"_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED"})
 NOT_OWNED = ("kafkaproof does not own the brokers of an existing cluster: only proxy faults "
-             "(lost_ack, error, latency, proxy_bandwidth, reset, blackhole) and consumer faults apply")
+             f"({', '.join(PROXY_KINDS)}) and consumer faults apply")
 
 
 def discover_brokers(bootstrap: str, timeout_s: float = 15.0, client_config: Mapping[str, Any] | None = None,

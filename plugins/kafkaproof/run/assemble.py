@@ -4,15 +4,21 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any, Mapping
 
 import pyarrow as pa
 
 from ..cluster.backend import ClusterBackend
 from ..spec import ledger
+from ..spec.clients import producer_settings
 from .java_driver import COMPLETIONS_TSV, EVENTS_TSV, READS_TSV, SENDS_TSV, TXNS_TSV, read_tsv
 from .workload import COMPLETION_STREAM, SEND_STREAM, TXN_STREAM, classify_delivery, read_stream
 
 log = logging.getLogger(__name__)
+
+# Where a run's fault log and its proxies' events are kept in its `work/` directory.
+FAULT_LOG = "faults.jsonl"
+PROXY_EVENTS = "proxy-events.jsonl"
 
 
 def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offsets_from_broker: bool = True) -> pa.Table:
@@ -60,6 +66,33 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offset
     df["send_ns"] = df["send_ns"].fillna(-1)
     cols = {f.name: df[f.name] for f in ledger.SENDS}
     return pa.Table.from_pandas(pd.DataFrame(cols), schema=ledger.SENDS, preserve_index=False)
+
+
+def assemble_ledger(run_dir: Path, data: Mapping[str, Any], audit_rows: list[dict], snapshots: list[dict]) -> dict:
+    """Write a run's ledger tables from what its workers streamed into `work/` (and its fault log and proxy
+    events there), the audit rows of its drain and the cluster snapshots; returns the row counts."""
+    work = Path(run_dir) / "work"
+    audit_ids = {r["value_id"] for r in audit_rows if r["value_id"] >= 0}
+    counts = {}
+    sends = assemble_sends(work, data["producers"]["count"], audit_ids,
+                           producer_settings(data["producers"], 0)["offsets_from_broker"])
+    ledger.write_arrow(run_dir, "sends", sends)
+    reads, events = assemble_consumer_tables(work)
+    ledger.write_arrow(run_dir, "reads", reads)
+    ledger.write_arrow(run_dir, "consumer_events", events)
+    counts["sends"], counts["reads"], counts["consumer_events"] = sends.num_rows, reads.num_rows, events.num_rows
+    counts["audit"] = ledger.write_table(run_dir, "audit", audit_rows)
+    faults = fault_rows(work / FAULT_LOG)
+    counts["faults"] = ledger.write_table(run_dir, "faults", faults)
+    proxy_events = []
+    if (work / PROXY_EVENTS).exists():
+        from ..proxy import read_events
+        proxy_events = proxy_event_rows(read_events(work / PROXY_EVENTS), {f["fault_id"] for f in faults})
+    counts["proxy_events"] = ledger.write_table(run_dir, "proxy_events", proxy_events)
+    counts["cluster_snapshots"] = ledger.write_table(run_dir, "cluster_snapshots", snapshots)
+    outcomes = sends.column("outcome").to_pylist()
+    counts.update({f"sends_{o}": outcomes.count(o) for o in ledger.SEND_OUTCOMES})
+    return counts
 
 
 def producer_streams(work: Path, index: int) -> tuple[pa.Table, pa.Table, pa.Table]:

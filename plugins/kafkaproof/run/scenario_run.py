@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import __version__
+from ..paths import state_dir
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster.heal import now
 from ..errors import KafkaproofError
@@ -35,11 +36,11 @@ from ..spec.clients import (ClientConfigError, apply_overrides, effective_client
 from ..spec.cluster import cluster_config
 from ..spec.connection import redacted
 from ..spec.scenario import Scenario
-from .assemble import (assemble_consumer_tables, assemble_sends, collect_proxy_events, fault_rows,
-                       proxy_event_rows)
+from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .drain import audit_summary, committed_offsets, drain, high_watermarks
 from .sampler import SnapshotSampler
+from .stopping import DEFAULT_MIN_FREE_DISK_MB, early_stop_reason, free_disk_mb, stop_requested
 from .timeline import Timeline
 from .workers import WorkerEvents, Workers
 
@@ -123,11 +124,11 @@ class ScenarioRun:
         self.run_id = new_run_id(scenario.name)
         self.run_dir = Path(options.out).resolve() / self.run_id
         self.work = self.run_dir / "work"
-        self.fault_log = self.work / "faults.jsonl"
+        self.fault_log = self.work / FAULT_LOG
         self.cluster: LocalCluster | None = None
         self.bootstrap: str | None = options.bootstrap
         self.direct_bootstrap: str | None = options.bootstrap  # never through a fault proxy (the drain)
-        self.proxy_events_file = self.work / "proxy-events.jsonl"
+        self.proxy_events_file = self.work / PROXY_EVENTS
         self.timings: dict[str, dict] = {}
         self.fault_errors: list[str] = []
         self.audit_marks: dict[str, dict] = {}
@@ -333,8 +334,8 @@ class ScenarioRun:
             timeline = Timeline(self, injector, workers, t0, events, self.control)
             stack.callback(timeline.stop)
             timeline.start()
-            producers_started = False
-            last_progress = 0.0
+            producers_started = stopping = False
+            last_progress = last_stop_check = 0.0
             while True:
                 if time.monotonic() > deadline:
                     raise RunInterrupted(f"time limit of {data['timeout_s']}s reached")
@@ -346,6 +347,9 @@ class ScenarioRun:
                 if time.monotonic() - last_progress >= self.options.progress_interval_s:
                     self._show_progress(workers, elapsed, timeline)
                     last_progress = time.monotonic()
+                if producers_started and not stopping and time.monotonic() - last_stop_check >= 1.0:
+                    last_stop_check = time.monotonic()
+                    stopping = self._stop_early(workers, timeline, elapsed)
                 if producers_started and workers.producers_done() and timeline.finished():
                     break
                 time.sleep(0.2)
@@ -364,6 +368,20 @@ class ScenarioRun:
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
         sampler.stop()
+
+    def _stop_early(self, workers: Workers, timeline: Timeline, elapsed: float) -> bool:
+        """End the workload now if asked to (`kafkaproof stop`) or the disk runs out (run/stopping.py): the
+        producers stop and flush, no further fault is injected; the run then heals, drains and assembles."""
+        floor = float((self.scenario.data.get("limits") or {}).get("min_free_disk_mb", DEFAULT_MIN_FREE_DISK_MB))
+        watched = [self.run_dir] + ([state_dir()] if isinstance(self.cluster, LocalCluster) else [])
+        reason = early_stop_reason(stop_requested(self.run_dir), free_disk_mb(watched), floor)
+        if reason is None:
+            return False
+        log.warning("[%s] ending the workload early at t=%.1fs: %s", self.scenario.name, elapsed, reason)
+        self.manifest["stopped_early"] = {"reason": reason, "at_s": round(elapsed, 1)}
+        workers.stop_producers()
+        timeline.stop()
+        return True
 
     def _await_fault_tasks(self) -> None:
         """With fault tasks: start the workload once every one of them waits for it."""
@@ -430,29 +448,7 @@ class ScenarioRun:
                  self.scenario.name, elapsed, p["sent"], p["ok"], p["fail"], p["indefinite"], p["read"], errors, active)
 
     def _assemble(self) -> None:
-        data = self.scenario.data
-        audit_rows = self.audit_rows
-        audit_ids = {r["value_id"] for r in audit_rows if r["value_id"] >= 0}
-        counts = {}
-        sends = assemble_sends(self.work, data["producers"]["count"], audit_ids,
-                               producer_settings(data["producers"], 0)["offsets_from_broker"])
-        ledger.write_arrow(self.run_dir, "sends", sends)
-        reads, events = assemble_consumer_tables(self.work)
-        ledger.write_arrow(self.run_dir, "reads", reads)
-        ledger.write_arrow(self.run_dir, "consumer_events", events)
-        counts["sends"], counts["reads"], counts["consumer_events"] = sends.num_rows, reads.num_rows, events.num_rows
-        counts["audit"] = ledger.write_table(self.run_dir, "audit", audit_rows)
-        faults = fault_rows(self.fault_log)
-        counts["faults"] = ledger.write_table(self.run_dir, "faults", faults)
-        proxy_events = []
-        if self.proxy_events_file.exists():
-            from ..proxy import read_events
-            proxy_events = proxy_event_rows(read_events(self.proxy_events_file), {f["fault_id"] for f in faults})
-        counts["proxy_events"] = ledger.write_table(self.run_dir, "proxy_events", proxy_events)
-        counts["cluster_snapshots"] = ledger.write_table(self.run_dir, "cluster_snapshots",
-                                                         self.sampler.rows if self.sampler else [])
-        outcomes = sends.column("outcome").to_pylist()
-        counts.update({f"sends_{o}": outcomes.count(o) for o in ledger.SEND_OUTCOMES})
-        self.manifest["counts"] = counts
+        self.manifest["counts"] = assemble_ledger(self.run_dir, self.scenario.data, self.audit_rows,
+                                                  self.sampler.rows if self.sampler else [])
 
 

@@ -162,6 +162,14 @@ class Workers:
     def producers_done(self) -> bool:
         return all(p.poll() is not None for p in self.producers.values())
 
+    def stop_producers(self) -> None:
+        """Ask every producer to stop sending (SIGTERM): it flushes what is in flight, bounded, and exits."""
+        for proc in self.producers.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.terminate()
+
     def stop_consumers(self, timeout_s: float = 20.0) -> None:
         for proc in self.consumers.values():
             if proc.poll() is None:

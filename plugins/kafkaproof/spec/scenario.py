@@ -204,6 +204,12 @@ SCHEMA: dict[str, Any] = {
                   "properties": {"timeout_s": {"type": "number", "exclusiveMinimum": 0},
                                  "settle_s": {"type": "number", "minimum": 0}}},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "hard limit of the whole run"},
+        "limits": {"type": "object", "additionalProperties": False,
+                   "properties": {"min_free_disk_mb": {
+                       "type": "number", "minimum": 0,
+                       "description": "end the workload early (then heal, drain and judge what was sent) when "
+                                      "the run's or the local cluster's filesystem has less free space (default "
+                                      "256)"}}},
     },
 }
 

@@ -74,6 +74,16 @@ def produce(bootstrap: str, topic: str, n: int, **config) -> tuple[int, list[str
     return acked, errors
 
 
+def fault_events(cluster, fault_id: str) -> list[dict]:
+    """What the cluster's fault proxies did under one rule (their `fault` events), in time order."""
+    from kafkaproof.proxy import read_events
+    events = []
+    for nid in cluster.proxy_ids():
+        events += [e for e in read_events(cluster.proxy_events_path(nid))
+                   if e["event"] == "fault" and e.get("rule_id") == fault_id]
+    return sorted(events, key=lambda e: e["ts_ns"])
+
+
 def leftovers() -> dict[str, str]:
     """kafkaproof things still present on this host: namespaces, JVMs, nft tables in the root namespace."""
     ns = " ".join(network.list_kafkaproof_namespaces()) if network.namespaces_supported() else ""

@@ -19,23 +19,17 @@ from kafkaproof.spec import ledger
 from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.spec.scenario import load
 
-from support import REPO
+from support import REPO, produce
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(400)]
 
 
-def produce(cluster: LocalCluster, topic: str, n: int, timeout_s: float = 30.0) -> tuple[int, float]:
-    """Produce `n` records with acks=all; (how many were acknowledged, seconds it took)."""
-    from confluent_kafka import Producer
-    acked: list[int] = []
-    p = Producer({"bootstrap.servers": cluster.direct_bootstrap(), "acks": "all", "log_level": 2,
-                  "message.timeout.ms": int(timeout_s * 1000), "linger.ms": 0})
+def produce_timed(cluster: LocalCluster, topic: str, n: int, timeout_s: float = 30.0) -> tuple[int, float]:
+    """Produce `n` records with acks=all, each given up after `timeout_s`: (acknowledged, seconds it took)."""
     start = time.monotonic()
-    for i in range(n):
-        p.produce(topic, value=b"v%d" % i, on_delivery=lambda err, msg: acked.append(0) if err is None else None)
-        p.poll(0)
-    p.flush(timeout_s + 5)
-    return len(acked), time.monotonic() - start
+    acked, _ = produce(cluster.direct_bootstrap(), topic, n, **{"message.timeout.ms": int(timeout_s * 1000),
+                                                                  "linger.ms": 0})
+    return acked, time.monotonic() - start
 
 
 def wait_state(cluster: LocalCluster, node_id: int, want: str, timeout_s: float) -> bool:
@@ -55,12 +49,12 @@ def test_a_failing_full_or_slow_disk_acts_and_heals_also_from_another_process():
         assert len(fuse_mounts_under(cluster_dir(name))) == 3
         topic = "disky"
         cluster.create_topic(topic, 1, 3, {"min.insync.replicas": 2})
-        assert produce(cluster, topic, 50)[0] == 50
+        assert produce_timed(cluster, topic, 50)[0] == 50
         injector = FaultInjector(cluster, topic=topic)
 
         # A slow disk: every write of the leader waits 200 ms, so an acks=all round trip does too.
         slow = injector.inject(FaultSpec("disk_latency", "leader:0", {"ms": 200, "op": "write"}))
-        acked, took = produce(cluster, topic, 3)
+        acked, took = produce_timed(cluster, topic, 3)
         assert acked == 3 and took >= 0.2, f"3 records in {took:.2f} s on a disk that waits 200 ms a write"
         injector.heal(slow.fault_id)
 
@@ -68,7 +62,7 @@ def test_a_failing_full_or_slow_disk_acts_and_heals_also_from_another_process():
         leader = cluster.leader_of(topic, 0)
         failing = injector.inject(FaultSpec("disk_error", "leader:0", {"op": "write"}))
         assert failing.heal == {"disk_rules": [[leader, failing.fault_id]], "restart": [leader]}
-        produce(cluster, topic, 20)
+        produce_timed(cluster, topic, 20)
         assert wait_state(cluster, leader, "dead", 30), "the broker whose disk fails every write kept running"
         assert "log dir" in cluster.node_log_since_start(leader).lower() or "Input/output error" in \
             cluster.node_log_since_start(leader)
@@ -80,14 +74,14 @@ def test_a_failing_full_or_slow_disk_acts_and_heals_also_from_another_process():
         # A full disk, left behind by a process that crashed: another process heals it from the state file.
         full = FaultInjector(cluster, topic=topic).inject(FaultSpec("disk_full", "leader:0"))
         node = full.nodes[0]
-        produce(cluster, topic, 20, timeout_s=10)
+        produce_timed(cluster, topic, 20, timeout_s=10)
         assert wait_state(cluster, node, "dead", 30), "a broker on a full disk kept running"
         assert "No space left on device" in cluster.node_log_since_start(node)
         later = attach(name)
         assert heal_all(later) == [full.fault_id]
         assert later.node_state(node) == "running" and later.active_faults() == []
         later.wait_in_sync(topic, timeout_s=60)
-        assert produce(later, topic, 10)[0] == 10
+        assert produce_timed(later, topic, 10)[0] == 10
         records = [r for r in (cluster_dir(name) / "faults.jsonl").read_text().splitlines() if '"heal"' in r]
         assert all('"disk_fired": 0' not in r for r in records), records
     assert fuse_mounts_under(cluster_dir(name)) == []

@@ -12,8 +12,9 @@ import pytest
 
 from kafkaproof.cluster import ClusterConfig, LocalCluster
 from kafkaproof.faults import FaultInjector
-from kafkaproof.proxy import read_events
 from kafkaproof.spec.faults import FaultSpec
+
+from support import fault_events
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -33,14 +34,6 @@ def new_topic(cluster: LocalCluster) -> str:
     cluster.create_topic(topic, 1, 3, {"min.insync.replicas": 2})
     cluster.wait_in_sync(topic)
     return topic
-
-
-def fault_events(cluster: LocalCluster, fault_id: str) -> list[dict]:
-    events = []
-    for nid in cluster.proxy_ids():
-        events += [e for e in read_events(cluster.proxy_events_path(nid))
-                   if e["event"] == "fault" and e.get("rule_id") == fault_id]
-    return sorted(events, key=lambda e: e["ts_ns"])
 
 
 def fired(cluster: LocalCluster, fault_id: str) -> int:

@@ -24,9 +24,10 @@ from kafkaproof.cluster import LocalCluster, attach, network, process, state
 from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.spec.faults import FaultSpec
-from kafkaproof.proxy import read_events
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.spec.scenario import load
+
+from support import fault_events
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -98,14 +99,6 @@ def log_of(cluster: LocalCluster, topic: str, partition: int) -> dict[int, bytes
         return out
     finally:
         c.close()
-
-
-def fault_events(cluster: LocalCluster, fault_id: str) -> list[dict]:
-    events = []
-    for nid in cluster.proxy_ids():
-        events += [e for e in read_events(cluster.proxy_events_path(nid))
-                   if e["event"] == "fault" and e.get("rule_id") == fault_id]
-    return sorted(events, key=lambda e: e["ts_ns"])
 
 
 def inject(cluster: LocalCluster, topic: str, kind: str, **params):

@@ -328,6 +328,10 @@ def section_environment(v: RunView) -> Markup:
                *([("cluster", reuse_text(m["cluster_reuse"]))] if m.get("cluster_reuse") else []),
                *([("random faults", random_schedule_text(m["random_schedule"], m.get("run_id") or ""))]
                  if m.get("random_schedule") else []),
+               *([("workload ended early", f"at t={m['stopped_early'].get('at_s')} s: {m['stopped_early'].get('reason')}")]
+                 if m.get("stopped_early") else []),
+               *([("salvaged", "assembled from its streams after it died before its final drain "
+                               "(`kafkaproof run --salvage`)")] if m.get("salvaged") else []),
                ("network", cluster.get("network") or "–")])
     nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, Mapping)]
     node_table = table(["node", "roles", "address", "namespace", "state at the end"],

@@ -106,6 +106,20 @@ def test_run_report_shows_a_secured_clusters_connection_as_the_manifest_has_it(t
             "security.protocol=SASL_SSL") in cluster
 
 
+
+@pytest.mark.unit
+def test_run_report_says_when_a_workload_ended_early_or_a_run_was_salvaged(tmp_path, history_url):
+    from kafkaproof.spec import ledger
+    rd = make_run(tmp_path)
+    manifest = ledger.read_manifest(rd)
+    manifest["stopped_early"] = {"reason": "free disk below 2048 MB (1900 MB left at /runs)", "at_s": 3601.5}
+    manifest["salvaged"] = {"wall": 1.0, "status_before": "running"}
+    ledger.write_manifest(rd, manifest)
+    cluster = text_of(section(run_page.write_run_report(rd, history_url=history_url).read_text(), "cluster"))
+    assert "workload ended early at t=3601.5 s: free disk below 2048 MB (1900 MB left at /runs)" in cluster
+    assert "salvaged assembled from its streams after it died before its final drain" in cluster
+
+
 @pytest.mark.unit
 def test_run_report_without_analysis_says_so(tmp_path, history_url):
     """The report reads the analysis and never redoes it: without one, every number it would show says why not."""

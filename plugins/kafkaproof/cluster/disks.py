@@ -1,7 +1,8 @@
 """The faulty disks of a local cluster: one diskfs (FUSE) process per node, under its log directory.
 
 A cluster started with disk faults on (`ClusterConfig.disk`) mounts `diskfs.py` on each node's
-`data/`, backed by `data.disk/` next to it, before the node is formatted. Each filesystem runs in the
+`data/`, backed by `data.disk/` next to it (the directory the node was formatted in, so what the
+storage tool wrote counts as on disk). Each filesystem runs in the
 root namespace in its own session, like the brokers; its pid is in the state file
 (`nodes[].disk`), so a teardown unmounts it after a crash, and `down --all` lazily unmounts any
 kafkaproof FUSE mount a crash left under the state directory. See docs/disk.md.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +25,6 @@ from .process import ProcessRef
 log = logging.getLogger(__name__)
 
 DISK_START_TIMEOUT_S = 20.0
-_PLUGINS_DIR = str(Path(__file__).resolve().parents[2])
 
 
 class DiskFleet:
@@ -57,10 +56,9 @@ class DiskFleet:
         mount.mkdir(parents=True, exist_ok=True)
         backing.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "kafkaproof.cluster.diskfs", "--backing", str(backing), "--mount", str(mount)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_PLUGINS_DIR, os.environ.get("PYTHONPATH")) if p)}
         with open(self.node_dir(node_id) / "disk.log", "ab") as out:
             popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.node_dir(node_id), env=env, start_new_session=True)
+                                     cwd=self.node_dir(node_id), env=process.module_env(), start_new_session=True)
         ref = process.ref_for(popen.pid)
         with state.update_state(self.name) as st:  # recorded before we wait: a crash now still unmounts it
             for n in st["nodes"]:

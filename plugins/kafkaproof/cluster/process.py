@@ -11,6 +11,7 @@ import shutil
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import FaultError
 
@@ -98,6 +99,13 @@ def terminate(ref: ProcessRef | None, grace_s: float = 10.0, reap=None) -> None:
         except ProcessLookupError:
             return
         wait_dead(ref, 5.0, reap)
+
+
+def module_env() -> dict[str, str]:
+    """This process's environment, with the directory that holds the `kafkaproof` package first on
+    PYTHONPATH: for `python -m kafkaproof...` helpers (proxies, disks) started from any working directory."""
+    package_parent = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)}
 
 
 def die_with_parent(argv: list[str]) -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -22,7 +21,6 @@ from .process import ProcessRef
 log = logging.getLogger(__name__)
 
 PROXY_START_TIMEOUT_S = 20.0
-_PLUGINS_DIR = str(Path(__file__).resolve().parents[2])
 
 
 def front_with_proxies(nodes: list[dict], proxy_host: str, ports: list[int]) -> None:
@@ -87,8 +85,7 @@ class ProxyFleet:
             cmd.append("--no-rewrite")
         for peer_id, address in sorted(proxy.get("peers", {}).items()):
             cmd += ["--peer", f"{peer_id}={address}"]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PLUGINS_DIR, env.get("PYTHONPATH")) if p)
+        env = process.module_env()
         with open(ready_file, "wb") as out, open(ndir / "proxy.log", "ab") as err:
             popen = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=ndir, env=env,
                                      start_new_session=True)

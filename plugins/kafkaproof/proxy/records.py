@@ -13,6 +13,7 @@ import dataclasses
 import struct
 
 from .errors import KafkaProtocolError
+from .protocol import read_uvarint
 
 _HEAD = struct.Struct(">qi")  # baseOffset, batchLength
 _BASE_OFFSET = struct.Struct(">q")
@@ -78,19 +79,9 @@ def split_batches(records: bytes) -> tuple[list[Batch], int]:
 
 
 def _varint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
-    """A zigzag-encoded signed varint at ``pos``: (value, position after it)."""
-    raw, shift = 0, 0
-    while True:
-        if pos >= len(buf):
-            raise KafkaProtocolError("record varint runs past the batch")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise KafkaProtocolError("record varint is too long")
+    """A zigzag-encoded signed varint at ``pos`` (a record's fields): (value, position after it)."""
+    raw, pos = read_uvarint(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def value_spans(batch: bytes) -> list[tuple[int, int]]:

@@ -185,7 +185,10 @@ def judge_history(scenario: str, current: Mapping[str, Any], baseline: Sequence[
 
 def compare_to_reference(scenario: str, current: Mapping[str, Any], reference: Mapping[str, Any],
                          policy: RegressionPolicy, what: str = "the current version") -> list[Finding]:
-    """Pure: a candidate's metrics against one reference run (the upgrade check): relative and absolute margins."""
+    """Pure: a candidate's metrics against one reference run (the upgrade check): relative and absolute margins.
+
+    As against history, a metric fails only when it gates and both runs have the samples it needs to be
+    stable (`min_samples`: a p99 of 5,000 sends is one of their 50 slowest); otherwise it warns."""
     found = []
     for rule in policy.metrics:
         value, ref = current.get(rule.name), reference.get(rule.name)
@@ -193,6 +196,11 @@ def compare_to_reference(scenario: str, current: Mapping[str, Any], reference: M
             continue
         limit = ref + max(rule.relative * abs(ref), rule.absolute)
         if value > limit:
+            samples = min((r.get(SAMPLES_KEY) or 0) for r in (current, reference))
+            stable = rule.min_samples == 0 or samples >= rule.min_samples
+            why = ("" if stable else f"; {samples} samples, too few for this metric (it gates from {rule.min_samples})") + \
+                  ("" if rule.gate else "; this metric never gates")
             found.append(Finding(scenario, rule.name, f"{rule.name} {value:.1f} vs {ref:.1f} on {what} "
-                                                      f"(limit {limit:.1f})", "fail"))
+                                                      f"(limit {limit:.1f}){why}",
+                                 "fail" if stable and rule.gate else "warn"))
     return found

@@ -70,3 +70,8 @@ def test_upgrade_compares_with_one_reference_run():
     (worse,) = compare_to_reference("s", m(recovery=20), m(recovery=5), POLICY)
     assert worse.message == "recovery_s 20.0 vs 5.0 on the current version (limit 7.5)"
     assert compare_to_reference("s", m(recovery=6), m(recovery=5), POLICY) == []
+    # a p99 of a few thousand sends is noise: it only warns (a CI run saw 1,600 vs 1,040 ms on 5,000 sends)
+    (noisy,) = compare_to_reference("s", m(p99=1600.0, samples=5000), m(p99=1040.0, samples=5000), POLICY)
+    assert noisy.severity == "warn" and "5000 samples, too few for this metric (it gates from 20000)" in noisy.message
+    (real,) = compare_to_reference("s", m(p99=1600.0, samples=50000), m(p99=1040.0, samples=50000), POLICY)
+    assert real.severity == "fail"

@@ -246,7 +246,8 @@ def test_latency_delays_the_acks_of_the_targeted_partition_only(cluster):
         injector.heal(fault.fault_id)
     by_value = {r["value"]: r for r in reports}
     assert all(r["error"] is None for r in reports)
-    assert 1.45 <= by_value[b"slow"]["latency_s"] < 3.0, by_value
+    # Held 1.5 s, not until a retry (request.timeout.ms, 30 s): a busy CI host added 1.6 s on top once.
+    assert 1.45 <= by_value[b"slow"]["latency_s"] < 5.0, by_value
     assert by_value[b"fast"]["latency_s"] < 1.0, by_value
     (delayed,) = fault_events(cluster, fault.fault_id)
     assert delayed["phase"] == "delayed" and delayed["detail"]["delay_ms"] == 1500.0

@@ -160,7 +160,7 @@ class UnsyncedWrites:
                 self.files[new + p[len(old):]] = self.files.pop(p)
 
     def pending(self) -> dict[str, int]:
-        """Files with unsynced writes and how many bytes of them are pages or tails a power loss would drop."""
+        """How many files have writes since their last fsync, and how many of their pages are saved to undo."""
         with self.lock:
             return {"files": len(self.files),
                     "saved_pages": sum(len(h.pages) for h in self.files.values())}

@@ -89,11 +89,7 @@ class DiskFleet:
             unmount(mount, lazy=True)
         # Other nodes' JVMs (each in a mount namespace of its own, copied from ours when it started) still
         # hold the mount: the process only ends when told to.
-        if process.state_of(ref) != "dead":
-            with contextlib.suppress(FaultError, ProcessLookupError):
-                process.send_signal(ref, signal.SIGTERM)
-            if not process.wait_dead(ref, 5.0):
-                process.terminate(ref, grace_s=1.0)
+        process.terminate(ref, grace_s=5.0)
 
     def stop_disks(self) -> None:
         """Unmount every node's diskfs (teardown; nodes stopped first)."""

@@ -158,6 +158,7 @@ def _fault(kind: str, effect: dict) -> dict:
 
 
 def test_the_verdict_takes_a_disk_fault_only_when_it_did_something():
+    assert {*job.DISK_RULE_KINDS, "power_loss"} == set(DISK_KINDS)  # the job's copy (it runs without the package)
     assert job.fault_effect(_fault("disk_error", {"disk_fired": 12})) == (True, "the disk rule failed 12 operations")
     assert job.fault_effect(_fault("disk_latency", {"disk_fired": 3})) == (True, "the disk rule slowed 3 operations")
     assert job.fault_effect(_fault("disk_full", {"disk_fired": 1})) == (True, "the disk rule failed 1 operation")

@@ -15,6 +15,7 @@ from kafkaproof import pipeline
 from kafkaproof.cluster import attach, network, start_cluster, state
 from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster.compose import ComposeCluster
+from kafkaproof.cluster.local import free_slot
 from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.run import RunOptions, ScenarioRun
@@ -99,6 +100,27 @@ def test_process_and_network_faults_on_containers(compose_cluster, tmp_path):
         assert cluster.node_state(leader) == "running"
     cluster.wait_in_sync("orders", timeout_s=60)
     assert "Kafka" in cluster.node_log(1).read_text(errors="replace")  # the container's output
+
+
+@needs_root
+def test_a_subnet_this_host_cannot_reach_is_left_for_another(compose_cluster, caplog):
+    """Containers that all run while this host reads no metadata from them (here: the subnet
+    kafkaproof picks first is routed nowhere on this host) are torn down with what this host
+    reaches logged, and the cluster starts on the next subnet."""
+    slot = free_slot(True)
+    blocked = [f"10.79.{slot}.0/25", f"10.79.{slot}.128/25"]  # more specific than the bridge's /24
+    for net in blocked:
+        network.run(["ip", "route", "add", "unreachable", net])
+    try:
+        cluster = compose_cluster(brokers=2, broker_config=FAST, start_timeout_s=30)
+    finally:
+        for net in blocked:
+            network.run(["ip", "route", "del", "unreachable", net], check=False)
+    assert cluster.state()["slot"] != slot
+    assert "not reachable from this host" in caplog.text
+    assert f"node 1 at 10.79.{slot}.11: from this host 9092 No route to host" in caplog.text, caplog.text
+    cluster.create_topic("orders", 1, 2)
+    assert produce(cluster.bootstrap_servers(), "orders", 50) == (50, [])
 
 
 def test_a_scenario_runs_on_a_compose_cluster_with_exact_counts(docker_ready, tmp_path):

@@ -157,6 +157,14 @@ def _env_value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+class HostCannotReachCluster(ClusterError):
+    """A compose cluster whose containers all run while this host reads no metadata from them."""
+
+    def __init__(self, slot: int, message: str):
+        super().__init__(message)
+        self.slot = slot
+
+
 class ComposeCluster(StatefulCluster):
     """A running compose cluster. Use `ComposeCluster.up(config)`, or `backend.attach(name)`."""
 
@@ -208,7 +216,22 @@ class ComposeCluster(StatefulCluster):
         """Start a compose cluster and return once every broker is registered and the quorum has a leader.
 
         The image: `image`, else the config's, else `$KAFKAPROOF_KAFKA_IMAGE` (pulled when the engine
-        lacks it), else `kafkaproof/kafka:<kafka_version>` built locally."""
+        lacks it), else `kafkaproof/kafka:<kafka_version>` built locally.
+
+        When every container runs but this host cannot read metadata from any of them, the start is
+        tried once more on another subnet (kafkaproof's own compose files only), after logging what
+        this host reaches (`_dump_reachability`)."""
+        try:
+            return cls._up(config, image, avoid_slots=())
+        except HostCannotReachCluster as e:
+            if config.compose_file:
+                raise
+            log.warning("compose cluster %s: starting it again on another subnet (slot %d was not reachable "
+                        "from this host)", config.name, e.slot)
+            return cls._up(config, image, avoid_slots=(e.slot,))
+
+    @classmethod
+    def _up(cls, config: ClusterConfig, image: str | None, avoid_slots: tuple[int, ...]) -> "ComposeCluster":
         config.validate()
         project = de.check_cluster(config.name)
         if state.state_path(config.name).exists():
@@ -226,7 +249,7 @@ class ComposeCluster(StatefulCluster):
         t0 = time.monotonic()
         workdir = state.cluster_dir(config.name)
         with state.locked(config.name):
-            slot = free_slot(network.namespaces_supported())
+            slot = free_slot(network.namespaces_supported(), avoid=avoid_slots)
             prefix = f"{NET_PREFIX}.{slot}"
             nodes = plan_nodes(config, project, prefix)
             if config.proxy:  # the rewriting proxies of an existing cluster, before the CLIENT listeners
@@ -253,10 +276,15 @@ class ComposeCluster(StatefulCluster):
                 if n.get("proxy"):
                     cluster.start_proxy(n["id"])
             cluster.wait_ready(config.start_timeout_s)
-        except BaseException:
-            log.error("compose cluster %s failed to start; tearing down", config.name)
+        except BaseException as e:
+            log.error("compose cluster %s failed to start (%s: %s); tearing down", config.name, type(e).__name__, e)
             cluster._dump_log_tails()
+            unreachable = isinstance(e, ClusterError) and cluster._unreachable_from_host()
+            cluster._dump_reachability()
             cluster.down(keep_logs=True)
+            if unreachable:
+                raise HostCannotReachCluster(slot, f"{e}; every container runs, but this host reads no "
+                                                   f"metadata from them (see the reachability logged above)") from e
             raise
         log.info("compose cluster %s ready in %.1fs (%s, image %s)", config.name, time.monotonic() - t0, stem, image)
         return cluster
@@ -439,3 +467,46 @@ class ComposeCluster(StatefulCluster):
             proc = de.docker("logs", "--tail", str(lines), n["container"], check=False)
             if proc.returncode == 0:
                 log.error("last lines of node %d's log:\n%s", n["id"], (proc.stdout + proc.stderr).strip())
+
+    def _unreachable_from_host(self) -> bool:
+        """Every node's container runs and still no broker answers this host's metadata request."""
+        try:
+            if any(self.node_state(n) != "running" for n in self.node_ids()):
+                return False
+            self.metadata()
+            return False
+        except ClusterError:
+            return True
+
+    def _dump_reachability(self) -> None:
+        """Log whether this host reaches each node's listeners, the route it takes there and what the
+        node listens on: a start that fails while every broker logs \"started\" is a network matter."""
+        try:
+            st = self.state()
+        except ClusterNotRunning:
+            return
+        addresses = network.run(["ip", "-4", "-br", "addr"], check=False).stdout.strip().splitlines()
+        lines = [f"host addresses: {' | '.join(addresses)}"]
+        for n in st["nodes"]:
+            ports = [n["client_port"], n["internal_port"]] if "broker" in n["roles"] else [n["controller_port"]]
+            reach = ", ".join(f"{p} {tcp_reachable(n['ip'], p)}" for p in ports)
+            route = network.run(["ip", "route", "get", n["ip"]], check=False)
+            lines.append(f"node {n['id']} at {n['ip']}: from this host {reach}; route: "
+                         f"{(route.stdout or route.stderr).strip()}")
+            try:
+                inside = network.run(["nsenter", "-t", str(de.container_pid(n["container"])), "-n",
+                                      "sh", "-c", "ip -4 -br addr; ss -ltn"], check=False)
+                lines.append(f"  inside: {' | '.join((inside.stdout + inside.stderr).strip().splitlines())}")
+            except ClusterError as e:
+                lines.append(f"  inside: {e}")
+        log.error("reachability of compose cluster %s:\n%s", self.name, "\n".join(lines))
+
+
+def tcp_reachable(host: str, port: int, timeout_s: float = 2.0) -> str:
+    """'open', or why a TCP connection from this host to host:port failed (refused, timed out, ...)."""
+    import socket
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return "open"
+    except OSError as e:
+        return type(e).__name__ if not e.strerror else e.strerror

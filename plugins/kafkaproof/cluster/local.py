@@ -28,7 +28,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
@@ -45,9 +45,10 @@ from .security import provision_security, write_client_properties
 log = logging.getLogger(__name__)
 
 
-def free_slot(use_netns: bool) -> int:
-    """A cluster slot (namespace names kp<slot>n<id>, subnets) no cluster or leftover namespace uses."""
-    used = set()
+def free_slot(use_netns: bool, avoid: Collection[int] = ()) -> int:
+    """A cluster slot (namespace names kp<slot>n<id>, subnets) no cluster or leftover namespace uses,
+    nor any of `avoid`."""
+    used = set(avoid)
     for name in state.list_clusters():
         try:
             used.add(state.load_state(name)["slot"])

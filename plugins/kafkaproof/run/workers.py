@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..cluster import process, procs
 from ..errors import FaultError
@@ -164,27 +164,15 @@ class Workers:
 
     def stop_producers(self) -> None:
         """Ask every producer to stop sending (SIGTERM): it flushes what is in flight, bounded, and exits."""
-        for proc in self.producers.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)
-                    proc.terminate()
+        _terminate(self.producers.values())
 
     def stop_consumers(self, timeout_s: float = 20.0) -> None:
-        for proc in self.consumers.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)
-                    proc.terminate()
+        _terminate(self.consumers.values())
         _wait_all(self.consumers.values(), timeout_s)
 
     def kill_all(self) -> None:
         procs_ = list(self.producers.values()) + list(self.consumers.values())
-        for proc in procs_:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)
-                    proc.terminate()
+        _terminate(procs_)
         _wait_all(procs_, 10.0)
         procs.unregister(self.owner)
 
@@ -212,6 +200,15 @@ class Workers:
             for name, n in p.get("errors", {}).items():
                 total["errors"][name] = total["errors"].get(name, 0) + n
         return total
+
+
+def _terminate(processes: Iterable[subprocess.Popen]) -> None:
+    """SIGTERM every live process, continued first: a stopped (paused) one would not act on it."""
+    for proc in processes:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.terminate()
 
 
 def _wait_all(procs, timeout_s: float) -> None:

@@ -140,6 +140,15 @@ def count_band(values: Sequence[int], policy: RegressionPolicy) -> tuple[float, 
     return med, max(max(values) * (1 + policy.count_relative), robust) + policy.count_absolute
 
 
+def metric_gates(rule: MetricRule, samples: int | None) -> tuple[bool, str]:
+    """Pure: whether a metric beyond its limit fails the run, and why not when it only warns: the
+    metric gates, and the run has the samples (sends) it needs to be stable (`min_samples`)."""
+    stable = rule.min_samples == 0 or (samples is not None and samples >= rule.min_samples)
+    why = ("" if stable else f"; {samples} samples, too few for this metric (it gates from {rule.min_samples})") + \
+          ("" if rule.gate else "; this metric never gates")
+    return stable and rule.gate, why
+
+
 def judge_history(scenario: str, current: Mapping[str, Any], baseline: Sequence[Mapping[str, Any]],
                   policy: RegressionPolicy) -> HistoryJudgement:
     """Pure: compare one passing run's key metrics with its comparable passing runs (newest first)."""
@@ -158,13 +167,10 @@ def judge_history(scenario: str, current: Mapping[str, Any], baseline: Sequence[
         med, limit = robust_band(past, rule.k, rule.relative, rule.absolute)
         if value <= limit:
             continue
-        samples = current.get(SAMPLES_KEY)
-        stable = rule.min_samples == 0 or (samples is not None and samples >= rule.min_samples)
-        why = ("" if enough else f"; {out.baseline_text}") + \
-              ("" if stable else f"; {samples} samples, too few for this metric (it gates from {rule.min_samples})") + \
-              ("" if rule.gate else "; this metric never gates")
+        gates, why = metric_gates(rule, current.get(SAMPLES_KEY))
+        why = ("" if enough else f"; {out.baseline_text}") + why
         found(rule.name, f"{rule.name} {value:.1f} vs median {med:.1f} of the last {len(past)} passing runs "
-                         f"(limit {limit:.1f}){why}", fail=enough and stable and rule.gate)
+                         f"(limit {limit:.1f}){why}", fail=enough and gates)
     anomalies = current.get("anomalies") or {}
     for kind, count in sorted(anomalies.items()):
         if not count:
@@ -196,11 +202,7 @@ def compare_to_reference(scenario: str, current: Mapping[str, Any], reference: M
             continue
         limit = ref + max(rule.relative * abs(ref), rule.absolute)
         if value > limit:
-            samples = min((r.get(SAMPLES_KEY) or 0) for r in (current, reference))
-            stable = rule.min_samples == 0 or samples >= rule.min_samples
-            why = ("" if stable else f"; {samples} samples, too few for this metric (it gates from {rule.min_samples})") + \
-                  ("" if rule.gate else "; this metric never gates")
+            gates, why = metric_gates(rule, min((r.get(SAMPLES_KEY) or 0) for r in (current, reference)))
             found.append(Finding(scenario, rule.name, f"{rule.name} {value:.1f} vs {ref:.1f} on {what} "
-                                                      f"(limit {limit:.1f}){why}",
-                                 "fail" if stable and rule.gate else "warn"))
+                                                      f"(limit {limit:.1f}){why}", "fail" if gates else "warn"))
     return found

@@ -219,13 +219,10 @@ class ComposeCluster(StatefulCluster):
         lacks it), else `kafkaproof/kafka:<kafka_version>` built locally.
 
         When every container runs but this host cannot read metadata from any of them, the start is
-        tried once more on another subnet (kafkaproof's own compose files only), after logging what
-        this host reaches (`_dump_reachability`)."""
+        tried once more on another subnet, after logging what this host reaches (`_dump_reachability`)."""
         try:
             return cls._up(config, image, avoid_slots=())
         except HostCannotReachCluster as e:
-            if config.compose_file:
-                raise
             log.warning("compose cluster %s: starting it again on another subnet (slot %d was not reachable "
                         "from this host)", config.name, e.slot)
             return cls._up(config, image, avoid_slots=(e.slot,))
@@ -283,8 +280,10 @@ class ComposeCluster(StatefulCluster):
             cluster._dump_reachability()
             cluster.down(keep_logs=True)
             if unreachable:
-                raise HostCannotReachCluster(slot, f"{e}; every container runs, but this host reads no "
-                                                   f"metadata from them (see the reachability logged above)") from e
+                raise HostCannotReachCluster(slot, f"{e}; every container runs, but this host reads no metadata "
+                                                   f"from them on {prefix}.0/24 (the reachability logged above says "
+                                                   f"what it reaches; an engine on another machine needs that subnet "
+                                                   f"routed here: docs/compose.md)") from e
             raise
         log.info("compose cluster %s ready in %.1fs (%s, image %s)", config.name, time.monotonic() - t0, stem, image)
         return cluster

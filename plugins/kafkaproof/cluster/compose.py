@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
-from ..spec.cluster import ClusterConfig, NodeLink, compose_topology, new_cluster_id
+from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
 from . import network, state
@@ -43,7 +43,6 @@ from .local import free_slot
 
 log = logging.getLogger(__name__)
 
-NET_PREFIX = "10.79"  # kafkaproof's compose clusters: 10.79.<slot>.0/24 (compose/'s own defaults are 10.78.x)
 CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT = 9092, 9093, 9094
 DATA_DIR = "/var/lib/kafka/data"
 
@@ -157,14 +156,6 @@ def _env_value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-class HostCannotReachCluster(ClusterError):
-    """A compose cluster whose containers all run while this host reads no metadata from them."""
-
-    def __init__(self, slot: int, message: str):
-        super().__init__(message)
-        self.slot = slot
-
-
 class ComposeCluster(StatefulCluster):
     """A running compose cluster. Use `ComposeCluster.up(config)`, or `backend.attach(name)`."""
 
@@ -216,19 +207,8 @@ class ComposeCluster(StatefulCluster):
         """Start a compose cluster and return once every broker is registered and the quorum has a leader.
 
         The image: `image`, else the config's, else `$KAFKAPROOF_KAFKA_IMAGE` (pulled when the engine
-        lacks it), else `kafkaproof/kafka:<kafka_version>` built locally.
-
-        When every container runs but this host cannot read metadata from any of them, the start is
-        tried once more on another subnet, after logging what this host reaches (`_dump_reachability`)."""
-        try:
-            return cls._up(config, image, avoid_slots=())
-        except HostCannotReachCluster as e:
-            log.warning("compose cluster %s: starting it again on another subnet (slot %d was not reachable "
-                        "from this host)", config.name, e.slot)
-            return cls._up(config, image, avoid_slots=(e.slot,))
-
-    @classmethod
-    def _up(cls, config: ClusterConfig, image: str | None, avoid_slots: tuple[int, ...]) -> "ComposeCluster":
+        lacks it), else `kafkaproof/kafka:<kafka_version>` built locally. The subnet is the first slot's
+        that no cluster, namespace or route of this host uses (`free_slot`)."""
         config.validate()
         project = de.check_cluster(config.name)
         if state.state_path(config.name).exists():
@@ -246,8 +226,8 @@ class ComposeCluster(StatefulCluster):
         t0 = time.monotonic()
         workdir = state.cluster_dir(config.name)
         with state.locked(config.name):
-            slot = free_slot(network.namespaces_supported(), avoid=avoid_slots)
-            prefix = f"{NET_PREFIX}.{slot}"
+            slot = free_slot(network.namespaces_supported())
+            prefix = f"{COMPOSE_SUBNET_PREFIX}.{slot}"
             nodes = plan_nodes(config, project, prefix)
             if config.proxy:  # the rewriting proxies of an existing cluster, before the CLIENT listeners
                 front_with_proxies(nodes, "127.0.0.1", free_ports("127.0.0.1", config.brokers))
@@ -280,10 +260,9 @@ class ComposeCluster(StatefulCluster):
             cluster._dump_reachability()
             cluster.down(keep_logs=True)
             if unreachable:
-                raise HostCannotReachCluster(slot, f"{e}; every container runs, but this host reads no metadata "
-                                                   f"from them on {prefix}.0/24 (the reachability logged above says "
-                                                   f"what it reaches; an engine on another machine needs that subnet "
-                                                   f"routed here: docs/compose.md)") from e
+                raise ClusterError(f"{e}; every container runs, but this host reads no metadata from them on "
+                                   f"{prefix}.0/24 (the reachability logged above says what it reaches; an engine "
+                                   f"on another machine needs that subnet routed here: docs/compose.md)") from e
             raise
         log.info("compose cluster %s ready in %.1fs (%s, image %s)", config.name, time.monotonic() - t0, stem, image)
         return cluster

@@ -28,11 +28,11 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Collection, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
-                            plan_nodes, render_properties, scram_format_args)
+                            plan_nodes, render_properties, routed_slots, scram_format_args)
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, network, process, procs, state
 from .base import START_MARKER, StatefulCluster
@@ -45,10 +45,10 @@ from .security import provision_security, write_client_properties
 log = logging.getLogger(__name__)
 
 
-def free_slot(use_netns: bool, avoid: Collection[int] = ()) -> int:
-    """A cluster slot (namespace names kp<slot>n<id>, subnets) no cluster or leftover namespace uses,
-    nor any of `avoid`."""
-    used = set(avoid)
+def free_slot(use_netns: bool) -> int:
+    """A cluster slot (namespace names kp<slot>n<id>, subnets) no cluster, leftover namespace or route of
+    this host uses (`routed_slots`)."""
+    used = routed_slots(network.route_destinations())
     for name in state.list_clusters():
         try:
             used.add(state.load_state(name)["slot"])

@@ -16,6 +16,7 @@ engine on another machine too.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -91,6 +92,15 @@ def list_kafkaproof_namespaces() -> list[str]:
     """Names of existing namespaces that kafkaproof creates (by naming convention)."""
     proc = run(["ip", "netns", "list"], check=False)
     return [line.split()[0] for line in proc.stdout.splitlines() if line and NAME_RE.match(line.split()[0])]
+
+
+def route_destinations() -> list[str]:
+    """The destinations of every IPv4 route of this host's root namespace, in every table."""
+    proc = run(["ip", "-j", "-4", "route", "show", "table", "all"], check=False)
+    try:
+        return [r["dst"] for r in json.loads(proc.stdout or "[]") if r.get("dst")]
+    except (ValueError, TypeError):
+        return []
 
 
 def netns_prefix(namespace: str | None) -> list[str]:

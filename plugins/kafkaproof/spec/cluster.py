@@ -13,11 +13,12 @@ the root side is `.4i+1`, the node `.4i+2`. Without root, nodes listen on `127.0
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..errors import ClusterError
 from .connection import PROXY_ON_TLS, SASL_MECHANISMS, SECURITY_PROTOCOLS
@@ -294,8 +295,28 @@ def plan_nodes(config: ClusterConfig, slot: int, use_netns: bool) -> list[dict]:
     return nodes
 
 
-SUBNET_PREFIX = "10.77"
+SUBNET_PREFIX = "10.77"  # local clusters: 10.77.<slot>.0/24, a /30 per node
+COMPOSE_SUBNET_PREFIX = "10.79"  # compose clusters: a bridge on 10.79.<slot>.0/24 (compose/'s own defaults are 10.78.x)
 MAX_SLOTS = 250
+
+
+def routed_slots(destinations: Iterable[str]) -> set[int]:
+    """Pure: the cluster slots whose subnets (local or compose, /24 each) already hold one of this host's
+    route `destinations` (`ip route` dst: `10.79.1.0/24`, `10.79.1.1`, `default`, ...).
+
+    Such a subnet is taken whatever kafkaproof's state files say: a bridge a killed Docker engine left
+    behind keeps its route, and a new bridge on the same subnet loses every packet to it. A wider
+    route (a VPN's 10.0.0.0/8) does not count: the cluster's own /24 is more specific and wins."""
+    ranges = [ipaddress.ip_network(f"{prefix}.0.0/16") for prefix in (SUBNET_PREFIX, COMPOSE_SUBNET_PREFIX)]
+    slots: set[int] = set()
+    for dst in destinations:
+        try:
+            net = ipaddress.ip_network(dst, strict=False)
+        except ValueError:  # `default` and the like
+            continue
+        if net.version == 4 and net.prefixlen >= 24 and any(net.subnet_of(r) for r in ranges):
+            slots.add(net.network_address.packed[2])
+    return slots
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kafkaproof.cluster import ClusterConfig, network
-from kafkaproof.spec.cluster import node_properties, plan_link, plan_nodes
+from kafkaproof.spec.cluster import node_properties, plan_link, plan_nodes, routed_slots
 from kafkaproof.errors import ClusterError, FaultError, InstallError
 from kafkaproof.faults.network_rules import packet_loss_rules, partition_rules, resolve_partition_groups
 from kafkaproof.spec.faults import FaultSpec
@@ -29,6 +29,15 @@ def test_link_layout_gives_each_node_its_own_address():
     assert [l.host_ip for l in links] == ["10.77.3.1", "10.77.3.5", "10.77.3.9"]
     assert links[0].namespace == "kp3n1" and links[0].veth_host == "kp3n1h"
     assert all(len(l.veth_host) <= 15 for l in links)
+
+
+def test_a_slot_whose_subnet_this_host_routes_is_taken():
+    """A leftover bridge's /24, a local node's /30 or a single host route inside a slot's subnet takes the
+    slot; the default route, a wider route (a VPN's 10.0.0.0/8) and other ranges do not."""
+    destinations = ["default", "10.0.0.0/8", "192.0.2.0/24", "10.79.1.0/24", "10.77.4.8/30", "10.79.7.1",
+                    "10.78.13.0/24", "10.79.0.0/16", "not-an-address"]
+    assert routed_slots(destinations) == {1, 4, 7}
+    assert routed_slots(["default"]) == set()
 
 
 def test_combined_and_dedicated_controller_properties(tmp_path: Path):

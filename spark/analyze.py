@@ -406,6 +406,10 @@ def value_observations(audit: DataFrame, reads: DataFrame, ctx: RunContext) -> D
         F.min(F.when(src == 1, F.col("offset"))).alias("log_offset"),
         F.max(F.when(src == 1, F.col("offset"))).alias("log_offset_max"),
         _count(src == 3).alias("read_count"),
+        F.min(F.when(src == 3, F.col("partition"))).alias("read_partition_min"),
+        F.max(F.when(src == 3, F.col("partition"))).alias("read_partition_max"),
+        F.min(F.when(src == 3, F.col("offset"))).alias("read_offset_min"),
+        F.max(F.when(src == 3, F.col("offset"))).alias("read_offset_max"),
         _count((src == 3) & (F.col("rc") == 1)).alias("read_rc_count"),
         F.bit_or(F.col("gbit")).alias("groups_mask"),
         F.min(F.when(src == 3, F.col("read_ns"))).alias("first_read_ns"),
@@ -476,8 +480,9 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
         delivered = (read_any == F.lit(ctx.groups_mask)) & F.coalesce(F.col("delivered_ns") <= deadline, F.lit(False))
         v = (v.withColumn("delivery_deadline_ns", deadline)
              .withColumn("undelivered", F.col("sent") & ~delivered))
+    v = v.withColumn("position_suspect", position_suspect())
     for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read", "dirty_read",
-              "indefinite_landed", "unknown_value", "undelivered"):
+              "indefinite_landed", "unknown_value", "undelivered", "position_suspect"):
         v = v.withColumn(c, F.coalesce(F.col(c), F.lit(False)))
     return v.select(
         "value_id", "producer", "seq", "key", "partition", "outcome", "ack_offset", "error_name", "acks",
@@ -486,8 +491,24 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
         "read_count", "read_rc_count", "groups_mask", "first_read_ns", "delivered_ns", "delivery_deadline_ns",
         "sent", "expected", "reachable",
         "lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read", "dirty_read",
-        "indefinite_landed", "unknown_value", "undelivered",
+        "indefinite_landed", "unknown_value", "undelivered", "position_suspect",
     )
+
+
+def position_suspect() -> Column:
+    """Over classify_values' columns: the value has an ack or a read somewhere other than its one
+    position in the committed log, or a group read it more than once. Only offsets where such a
+    value, or a foreign record, sits can be offset anomalies (docs/analysis.md, "Offset checks")."""
+    def at_log_position(partition: Column, offset: Column) -> Column:
+        return (F.col("log_count") == 1) & (partition == F.col("log_partition")) & (offset == F.col("log_offset"))
+
+    acked = (F.col("outcome") == "ok") & (F.col("ack_offset") >= 0) & (F.col("partition") >= 0)
+    ack_elsewhere = acked & ~at_log_position(F.col("partition"), F.col("ack_offset"))
+    read_elsewhere = (F.col("read_count") > 0) & ~(
+        at_log_position(F.col("read_partition_min"), F.col("read_offset_min"))
+        & at_log_position(F.col("read_partition_max"), F.col("read_offset_max")))
+    read_again = F.col("read_count") > F.bit_count(F.col("groups_mask"))
+    return F.coalesce(ack_elsewhere, F.lit(False)) | F.coalesce(read_elsewhere, F.lit(False)) | read_again
 
 
 def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
@@ -713,8 +734,29 @@ def attribution_metrics(anomalies: DataFrame, writes: list[dict[str, Any]]) -> d
 
 # --------------------------------------------------------------------------- offsets
 
-def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: RunContext) -> DataFrame:
-    """inconsistent_offsets, ack_offset_mismatch and redeliveries, from one (partition, offset) aggregation."""
+def small_side(df: DataFrame, broadcast_limit: int) -> DataFrame:
+    """`df` marked for a broadcast join when it has at most `broadcast_limit` rows (it is counted)."""
+    return F.broadcast(df) if df.count() <= broadcast_limit else df
+
+
+def suspect_offsets(rows: DataFrame, values: DataFrame, ctx: RunContext, broadcast_limit: int) -> DataFrame:
+    """The (partition, offset) pairs where a row of a position-suspect value or a foreign record (value
+    id -1) sits, from `rows` (partition, offset, value_id: acks, the full log and the reads); persisted."""
+    suspects = small_side(values.filter(F.col("position_suspect")).select("value_id"), broadcast_limit)
+    positions = (rows.join(suspects, "value_id", "left_semi")
+                 .unionByName(rows.filter(F.col("value_id") == -1))
+                 .select("partition", "offset").distinct().persist())
+    ctx.cached.append(positions)
+    return positions
+
+
+def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: RunContext,
+                     values: DataFrame | None = None, broadcast_limit: int = 2_000_000) -> DataFrame:
+    """inconsistent_offsets, ack_offset_mismatch and redeliveries, from one (partition, offset) aggregation.
+
+    With `values` (classify_values' output), only the offsets `suspect_offsets` names are aggregated,
+    every row there included: the same result (docs/analysis.md, "Offset checks") without shuffling
+    every ack, record and read. Without it, every offset is (the reference the tests compare with)."""
     group = _lookup_col(ctx.consumer_group, "int", F.col("consumer"), 0)
     cols = ["partition", "offset", "value_id", "src", "grp", "t0", "t1"]
     acked = sends.withColumn("offset", broker_offset(ctx))
@@ -726,8 +768,12 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
         F.lit(None).cast("long").alias("t0"), F.lit(None).cast("long").alias("t1"))
     rd = reads.select("partition", "offset", "value_id", F.lit(2).alias("src"), group.alias("grp"),
                       F.col("read_ns").alias("t0"), F.col("read_ns").alias("t1"))
+    obs = acks.select(cols).unionByName(lu.select(cols)).unionByName(rd.select(cols))
+    if values is not None:
+        positions = suspect_offsets(obs.select("partition", "offset", "value_id"), values, ctx, broadcast_limit)
+        obs = obs.join(small_side(positions, broadcast_limit), ["partition", "offset"], "left_semi")
     # Hashed by offset first, as in value_observations: an offset has about three observations.
-    obs = acks.select(cols).unionByName(lu.select(cols)).unionByName(rd.select(cols)).repartition("partition", "offset")
+    obs = obs.repartition("partition", "offset")
     src, vid = F.col("src"), F.col("value_id")
     read_cols = [_count((src == 2) & (F.col("grp") == g)).alias(f"reads_{g}") for g in range(len(ctx.groups))]
     agg = obs.groupBy("partition", "offset").agg(
@@ -1501,7 +1547,7 @@ def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
 
     anomalies = (value_anomalies(values, ctx)
                  .unionByName(reorder_anomalies(values))
-                 .unionByName(offset_anomalies(sends, audit, reads, ctx))
+                 .unionByName(offset_anomalies(sends, audit, reads, ctx, values))
                  .unionByName(poll_anomalies(reads, tables["consumer_events"], audit, ctx)))
     unacked = tables["proxy_events"].filter(F.col("phase").isin(*UNACKNOWLEDGED_WRITE_PHASES))
     writes = unacknowledged_writes([r.asDict() for r in unacked.collect()], ctx.topic)

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -482,7 +483,6 @@ class ComposeCluster(StatefulCluster):
 
 def tcp_reachable(host: str, port: int, timeout_s: float = 2.0) -> str:
     """'open', or why a TCP connection from this host to host:port failed (refused, timed out, ...)."""
-    import socket
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             return "open"

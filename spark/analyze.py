@@ -870,9 +870,7 @@ def poll_anomalies(reads: DataFrame, events: DataFrame, audit: DataFrame, ctx: R
     existing = audit.select("partition", F.col("offset").alias("gap_offset"),
                             (F.col("isolation") == "read_committed").alias("rc"))
     # The gap table is usually tiny (transaction markers): broadcast it rather than shuffle the log.
-    n_gap = gaps.count()
-    gaps_side = F.broadcast(gaps) if n_gap <= broadcast_limit else gaps
-    real = (existing.join(gaps_side, ["partition", "gap_offset", "rc"], "inner")
+    real = (existing.join(small_side(gaps, broadcast_limit), ["partition", "gap_offset", "rc"], "inner")
             .groupBy(*key).agg(F.count("*").alias("skipped")))
     skips = cand.join(real, key, "inner").select(
         F.lit("poll_skips").alias("kind"), *proc, "offset", "prev_offset", "read_ns", "prev_read_ns", "value_id",

@@ -32,7 +32,8 @@ from typing import Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
-                            plan_nodes, render_properties, routed_slots, scram_format_args)
+                            plan_nodes, render_properties, routed_slots, scram_format_args,
+                            shutdown_waves)
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, network, process, procs, state
 from .base import START_MARKER, StatefulCluster
@@ -43,6 +44,11 @@ from .process import ProcessRef
 from .security import provision_security, write_client_properties
 
 log = logging.getLogger(__name__)
+
+
+# Seconds a graceful `down` gives a wave of nodes before SIGKILL (see `shutdown_waves`).
+BROKER_GRACE_S = 15.0
+CONTROLLER_GRACE_S = 5.0
 
 
 def free_slot(use_netns: bool) -> int:
@@ -183,14 +189,12 @@ class LocalCluster(StatefulCluster, DiskFleet):
         st = self._begin_down()
         if st is None:
             return
-        refs = [ProcessRef.from_json(n["process"]) for n in st["nodes"]]
-        for ref in refs:  # signal all first, so nodes shut down in parallel
-            if ref and process.state_of(ref) != "dead":
-                with contextlib.suppress(FaultError, ProcessLookupError):
-                    process.send_signal(ref, signal.SIGCONT)
-                    process.send_signal(ref, signal.SIGTERM if graceful else signal.SIGKILL)
-        for ref in refs:
-            process.terminate(ref, grace_s=15.0, reap=self._reap)
+        for wave in shutdown_waves(st["nodes"]):
+            controllers = any("controller" in n["roles"] for n in wave)
+            # The controllers stop together, so the last of them can never finish a controlled shutdown
+            # (no quorum left to acknowledge it): it would wait out any grace. Their data is dropped below.
+            self._stop_processes([ProcessRef.from_json(n["process"]) for n in wave], graceful,
+                                 grace_s=CONTROLLER_GRACE_S if controllers else BROKER_GRACE_S)
         self.stop_proxies()
         self.stop_disks()
         sweep(state.cluster_dir(self.name))
@@ -209,6 +213,18 @@ class LocalCluster(StatefulCluster, DiskFleet):
         else:
             shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
         log.info("cluster %s is down", self.name)
+
+    def _stop_processes(self, refs: list[ProcessRef | None], graceful: bool, grace_s: float) -> None:
+        """Signal every process first, so they shut down in parallel, then wait for them all within one
+        `grace_s` (SIGKILL for those still alive at its end)."""
+        for ref in refs:
+            if ref and process.state_of(ref) != "dead":
+                with contextlib.suppress(FaultError, ProcessLookupError):
+                    process.send_signal(ref, signal.SIGCONT)
+                    process.send_signal(ref, signal.SIGTERM if graceful else signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
+        for ref in refs:
+            process.terminate(ref, grace_s=max(0.0, deadline - time.monotonic()), reap=self._reap)
 
     # --- nodes ----------------------------------------------------------------
     def node_ref(self, node_id: int) -> ProcessRef | None:

@@ -295,6 +295,16 @@ def plan_nodes(config: ClusterConfig, slot: int, use_netns: bool) -> list[dict]:
     return nodes
 
 
+def shutdown_waves(nodes: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """Pure: the order to stop a cluster's nodes in, as waves stopped one after the other: brokers
+    first, then the nodes that are controllers (dedicated or combined). A KRaft broker's controlled
+    shutdown waits for a live controller; stopped together with it, it waits out its whole grace."""
+    nodes = list(nodes)
+    brokers = [n for n in nodes if "controller" not in n["roles"]]
+    controllers = [n for n in nodes if "controller" in n["roles"]]
+    return [wave for wave in (brokers, controllers) if wave]
+
+
 SUBNET_PREFIX = "10.77"  # local clusters: 10.77.<slot>.0/24, a /30 per node
 COMPOSE_SUBNET_PREFIX = "10.79"  # compose clusters: a bridge on 10.79.<slot>.0/24 (compose/'s own defaults are 10.78.x)
 MAX_SLOTS = 250

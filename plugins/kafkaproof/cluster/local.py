@@ -32,8 +32,7 @@ from typing import Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
-                            plan_nodes, render_properties, routed_slots, scram_format_args,
-                            shutdown_waves)
+                            plan_nodes, render_properties, routed_slots, scram_format_args, shutdown_waves)
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, network, process, procs, state
 from .base import START_MARKER, StatefulCluster
@@ -44,11 +43,6 @@ from .process import ProcessRef
 from .security import provision_security, write_client_properties
 
 log = logging.getLogger(__name__)
-
-
-# Seconds a graceful `down` gives a wave of nodes before SIGKILL (see `shutdown_waves`).
-BROKER_GRACE_S = 15.0
-CONTROLLER_GRACE_S = 5.0
 
 
 def free_slot(use_netns: bool) -> int:
@@ -189,12 +183,8 @@ class LocalCluster(StatefulCluster, DiskFleet):
         st = self._begin_down()
         if st is None:
             return
-        for wave in shutdown_waves(st["nodes"]):
-            controllers = any("controller" in n["roles"] for n in wave)
-            # The controllers stop together, so the last of them can never finish a controlled shutdown
-            # (no quorum left to acknowledge it): it would wait out any grace. Their data is dropped below.
-            self._stop_processes([ProcessRef.from_json(n["process"]) for n in wave], graceful,
-                                 grace_s=CONTROLLER_GRACE_S if controllers else BROKER_GRACE_S)
+        for wave, grace_s in shutdown_waves(st["nodes"]):
+            self._stop_processes([ProcessRef.from_json(n["process"]) for n in wave], graceful, grace_s)
         self.stop_proxies()
         self.stop_disks()
         sweep(state.cluster_dir(self.name))

@@ -295,14 +295,21 @@ def plan_nodes(config: ClusterConfig, slot: int, use_netns: bool) -> list[dict]:
     return nodes
 
 
-def shutdown_waves(nodes: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
-    """Pure: the order to stop a cluster's nodes in, as waves stopped one after the other: brokers
-    first, then the nodes that are controllers (dedicated or combined). A KRaft broker's controlled
-    shutdown waits for a live controller; stopped together with it, it waits out its whole grace."""
+# Seconds a graceful stop gives a wave of nodes before SIGKILL (see `shutdown_waves`).
+BROKER_GRACE_S = 15.0
+CONTROLLER_GRACE_S = 5.0
+
+
+def shutdown_waves(nodes: Iterable[Mapping[str, Any]]) -> list[tuple[list[Mapping[str, Any]], float]]:
+    """Pure: the order to stop a cluster's nodes in, as (nodes, grace seconds) waves stopped one after
+    the other: brokers first, then the nodes that are controllers (dedicated or combined). A KRaft
+    broker's controlled shutdown waits for a live controller; stopped together with it, it waits out
+    its whole grace. The controllers stop together, so the last of them never finishes a controlled
+    shutdown (no quorum is left to acknowledge it): they get a short grace."""
     nodes = list(nodes)
     brokers = [n for n in nodes if "controller" not in n["roles"]]
     controllers = [n for n in nodes if "controller" in n["roles"]]
-    return [wave for wave in (brokers, controllers) if wave]
+    return [(wave, grace) for wave, grace in ((brokers, BROKER_GRACE_S), (controllers, CONTROLLER_GRACE_S)) if wave]
 
 
 SUBNET_PREFIX = "10.77"  # local clusters: 10.77.<slot>.0/24, a /30 per node

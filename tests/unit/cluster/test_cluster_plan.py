@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kafkaproof.cluster import ClusterConfig, network
-from kafkaproof.spec.cluster import node_properties, plan_link, plan_nodes, routed_slots, shutdown_waves
+from kafkaproof.spec.cluster import (BROKER_GRACE_S, CONTROLLER_GRACE_S, node_properties, plan_link, plan_nodes,
+                                     routed_slots, shutdown_waves)
 from kafkaproof.errors import ClusterError, FaultError, InstallError
 from kafkaproof.faults.network_rules import packet_loss_rules, partition_rules, resolve_partition_groups
 from kafkaproof.spec.faults import FaultSpec
@@ -228,7 +229,10 @@ def test_leader_and_follower_targets_resolve_from_the_partition_metadata():
 
 def test_brokers_stop_before_the_controllers_they_need():
     nodes = [{"id": 1, "roles": "controller"}, {"id": 2, "roles": "broker"}, {"id": 3, "roles": "broker"}]
-    assert [[n["id"] for n in w] for w in shutdown_waves(nodes)] == [[2, 3], [1]]
+    assert [[n["id"] for n in w] for w, _ in shutdown_waves(nodes)] == [[2, 3], [1]]
     combined = [{"id": i, "roles": "broker,controller"} for i in (1, 2, 3)]
-    assert [[n["id"] for n in w] for w in shutdown_waves(combined)] == [[1, 2, 3]]
+    assert [[n["id"] for n in w] for w, _ in shutdown_waves(combined)] == [[1, 2, 3]]
+    # The last controller can never finish a controlled shutdown: a short grace.
+    assert [grace for _, grace in shutdown_waves(nodes)] == [BROKER_GRACE_S, CONTROLLER_GRACE_S]
+    assert CONTROLLER_GRACE_S < BROKER_GRACE_S
     assert shutdown_waves([]) == []

@@ -12,11 +12,12 @@ export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
 KAFKA_VERSIONS ?= 4.3.1 3.9.2
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-packages python kafka java docker docker-base test test-unit test-spark test-cluster test-compose run airflow clean down
+.PHONY: help setup system-packages python kafka java docker docker-base test test-long test-unit test-spark test-cluster test-compose run airflow clean down
 
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
-	@echo "make test   set up (Docker too), then run every test (unit, spark, cluster, airflow, compose)"
+	@echo "make test   set up (Docker too), then run every test (unit, spark, cluster, airflow, compose) but the long ones"
+	@echo "make test-long   set up (Docker too), then run the long tests (pytest -m long, ~15 min)"
 	@echo "make setup  only set up (.venv, Debian packages, Kafka from Maven Central)"
 	@echo "make down   tear down every local cluster and heal leftover faults"
 	@echo "make airflow   Airflow's UI, scheduler and api-server for this checkout (airflow standalone, :8080)"
@@ -61,6 +62,12 @@ test: system-packages
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup docker-base
 	@$(MAKE) --no-print-directory docker
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The tests of variants (marker `long`) that would take `make test` past its 30-min CI budget.
+test-long: system-packages
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup docker-base
+	@$(MAKE) --no-print-directory docker
+	$(PY) -m pytest -m long $(PYTEST_ARGS)
 
 test-unit: python
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)

@@ -17,11 +17,14 @@ def pytest_configure(config):
 
 
 # Markers whose tests run only when asked for with `-m`: too long for the `make test` budget.
-ON_REQUEST = {"catalog": "long: run it with `pytest -m catalog` (see README, Tests)"}
+ON_REQUEST = {
+    "catalog": "long: run it with `pytest -m catalog` (see README, Tests)",
+    "long": "over the 30-min budget of `make test`: run it with `make test-long` (`pytest -m long`)",
+}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `catalog` run only when their marker is asked for (`pytest -m catalog`)."""
+    """Tests marked `catalog` or `long` run only when their marker is asked for (`pytest -m long`)."""
     asked = config.option.markexpr or ""
     for marker, reason in ON_REQUEST.items():
         if marker in asked:

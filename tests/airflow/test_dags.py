@@ -263,6 +263,7 @@ def test_regression_and_failed_workload_fail_the_gate_after_teardown(airflow_hom
     assert history.runs("broken-producer", url=url)[0]["verdict"] == "error"
 
 
+@pytest.mark.long
 def test_upgrade_check_rolls_then_runs_both_versions_and_analyses_them_in_one_spark_submit(airflow_home, tmp_path):
     runs = tmp_path / "runs"
     env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(runs), KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite")
@@ -289,6 +290,7 @@ def test_upgrade_check_rolls_then_runs_both_versions_and_analyses_them_in_one_sp
     assert not [n for n in state.list_clusters() if n.startswith("af-")]
 
 
+@pytest.mark.long
 def test_manual_dag_runs_a_client_matrix_analysed_on_the_spark_master_spark_default_names(airflow_home, tmp_path):
     with SparkStandalone(tmp_path / "spark") as spark:
         env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(tmp_path / "runs"),

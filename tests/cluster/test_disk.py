@@ -102,6 +102,7 @@ def _run(tmp_path, scenario: str, messages: int):
     return fault, acked, acked - set(audit["value_id"])
 
 
+@pytest.mark.long
 def test_a_power_loss_of_every_replica_drops_acknowledged_records_unless_each_fsyncs_every_message(tmp_path):
     import json
     fault, acked, lost = _run(tmp_path, "disk-power-loss-all-replicas", 3000)

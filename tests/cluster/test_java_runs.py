@@ -106,6 +106,7 @@ def test_client_properties_are_the_clients_own_names(tmp_path):
         "config": {"request.timeout.ms": 1000, "delivery.timeout.ms": 1000}}).data) == []  # linger.ms 0 in 3.x
 
 
+@pytest.mark.long
 def test_java_clients_on_an_existing_cluster_through_a_consumer_kill(make_cluster, tmp_path):
     existing = make_cluster(brokers=3).bootstrap_servers()
     scn = scenario(tmp_path, topic={"partitions": 2, "replication_factor": 3},

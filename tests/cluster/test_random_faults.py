@@ -36,6 +36,7 @@ def injected(run_dir) -> list[tuple[str, str]]:
     return list(zip(faults["kind"], faults["target"]))
 
 
+@pytest.mark.long
 def test_a_random_schedule_is_drawn_from_its_seed_recorded_and_replayed_exactly(tmp_path):
     path = tmp_path / "t-random.yaml"
     path.write_text(yaml.safe_dump(DOC))

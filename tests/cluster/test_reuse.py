@@ -48,6 +48,7 @@ def run_on(scn, name: str, out: Path) -> tuple[dict, Path]:
     return ledger.read_manifest(Path(result["run_dir"])), Path(result["run_dir"])
 
 
+@pytest.mark.long
 def test_a_kept_cluster_is_reused_only_when_nothing_of_the_earlier_run_is_left(tmp_path, cleanup):
     first = scenario(tmp_path, "t-reuse-a", faults=[{"at": 3, "kind": "kill", "target": "consumer:0", "duration": 1},
                                                    {"at": 4, "kind": "kill", "target": "leader:0", "duration": 3}])

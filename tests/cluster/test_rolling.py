@@ -18,6 +18,7 @@ def test_catalog_rolling_upgrade_3_9_to_4_3_under_load_loses_and_duplicates_noth
     check_rolled_run(result.run_dir, [1, 2, 3], 20000)
 
 
+@pytest.mark.long
 def test_settings_change_upgrade_and_a_refused_downgrade_with_a_dedicated_controller(make_cluster, tmp_path):
     cluster = make_cluster(brokers=1, controllers=1, kafka_version="3.9.2",
                            broker_config={"offsets.topic.replication.factor": 1,

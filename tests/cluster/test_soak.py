@@ -73,6 +73,7 @@ def test_a_stopped_run_heals_drains_and_accounts_for_every_value_it_sent(tmp_pat
           f"all in the log; the run ended {time.monotonic() - started:.1f} s after the request")
 
 
+@pytest.mark.long
 def test_a_killed_run_is_salvaged_analysed_and_judged_incomplete(tmp_path):
     proc, run_dir = start_run(soak_scenario(tmp_path, "soak-killed"), tmp_path / "runs")
     time.sleep(10)

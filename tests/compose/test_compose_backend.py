@@ -186,6 +186,7 @@ class EngineOverTcp:
         self.server.close()
 
 
+@pytest.mark.long
 def test_network_faults_through_an_engine_elsewhere_on_a_users_compose_file(docker_ready, compose_cluster,
                                                                             monkeypatch, tmp_path):
     """With the engine at a tcp:// address (an Airflow worker that is not the Docker host), network
@@ -238,6 +239,7 @@ def test_a_users_compose_file_that_breaks_the_conventions_is_refused_before_anyt
     assert name not in state.list_clusters() and not any(de.labelled(name).values())
 
 
+@pytest.mark.long
 def test_catalog_rolling_upgrade_on_containers_loses_and_duplicates_nothing(docker_ready, tmp_path):
     (scenario,) = pipeline.suite(names=["upgrade-39-to-43-idempotent"])
     result = ScenarioRun(scenario, RunOptions(out=tmp_path / "runs", messages=20000, backend="compose")).execute()
@@ -246,6 +248,7 @@ def test_catalog_rolling_upgrade_on_containers_loses_and_duplicates_nothing(dock
     assert not any(de.labelled(ledger.read_manifest(result.run_dir)["cluster"]["name"]).values())
 
 
+@pytest.mark.long
 def test_settings_change_upgrade_and_a_refused_downgrade_on_containers(compose_cluster, tmp_path):
     cluster = compose_cluster(brokers=2, kafka_version="3.9.2", broker_config=FAST)
     settings_change_upgrade_and_refused_downgrade(cluster, tmp_path)

@@ -47,6 +47,7 @@ def test_a_shared_history_of_an_older_kafkaproof_survives_the_upgrade(postgres):
     assert rows["old-1"]["label"] is None and rows["new-1"]["label"] == "candidate"
 
 
+@pytest.mark.long
 @pytest.mark.airflow
 def test_airflow_and_the_history_on_postgresql_run_a_dag_like_sqlite(postgres, tmp_path):
     """Airflow's metadata database and kafkaproof's history both on the PostgreSQL server: migrate, run

@@ -223,6 +223,7 @@ def _table(path: Path):
     return frame.sort_values(list(frame.columns), kind="stable", key=lambda c: c.astype(str)).reset_index(drop=True)
 
 
+@pytest.mark.long
 @pytest.mark.spark
 def test_a_spark_standalone_cluster_gives_exactly_the_local_results(runs, tmp_path):
     """The job on a master and a worker (separate JVMs, executors over the network) equals local mode's.

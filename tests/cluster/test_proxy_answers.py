@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from kafkaproof.cluster import ClusterConfig, LocalCluster
+from kafkaproof.cluster.heal import cluster_fault_log
 from kafkaproof.faults import FaultInjector
 from kafkaproof.spec.faults import FaultSpec
 
@@ -46,6 +47,13 @@ def fired(cluster: LocalCluster, fault_id: str) -> int:
         finally:
             client.close()
     return total
+
+
+def fired_at_heal(cluster: LocalCluster, fault_id: str) -> int:
+    """How often the fault's rule acted in all, as its heal record in the cluster's fault log says."""
+    records = [json.loads(line) for line in cluster_fault_log(cluster).read_text().splitlines() if line.strip()]
+    (heal,) = [r for r in records if r["event"] == "heal" and r["fault_id"] == fault_id]
+    return heal["proxy_fired"]
 
 
 def consume(bootstrap: str, topic: str, want: int, timeout_s: float = 15, errors: list | None = None,
@@ -99,8 +107,7 @@ def test_a_misstated_leader_holds_the_producer_until_the_heal(cluster, mode):
         while time.monotonic() < end:
             p.poll(0.2)
         assert reports == [], f"delivered while partition 0's leader was {mode}"
-        n = fired(cluster, fault.fault_id)
-        assert n >= 1
+        assert fired(cluster, fault.fault_id) >= 1
         produce_to = {b["nodeid"]: b["req"].get("Produce", 0) for b in stats[-1]["brokers"].values() if b["nodeid"] >= 0}
     finally:
         injector.heal(fault.fault_id)
@@ -111,6 +118,9 @@ def test_a_misstated_leader_holds_the_producer_until_the_heal(cluster, mode):
     events = fault_events(cluster, fault.fault_id)
     misstated = [e for e in events if e["phase"] == "metadata_misstated"]
     hidden = [e for e in events if e["phase"] == "leader_hint_hidden"]
+    # Compared with the count at the heal: a producer refused by a stale leader keeps asking for
+    # Metadata, so the rule may fire again between a count taken before the heal and the heal.
+    n = fired_at_heal(cluster, fault.fault_id)
     assert len(misstated) == n and len(misstated) + len(hidden) == len(events)
     change = misstated[0]["detail"]["changes"][0]
     assert change["old_leader"] == leader and change["partition"] == 0
@@ -121,7 +131,7 @@ def test_a_misstated_leader_holds_the_producer_until_the_heal(cluster, mode):
         assert change["new_leader"] != leader and produce_to.get(change["new_leader"], 0) >= 1
         assert hidden and hidden[0]["detail"]["hints"][0]["leader"] == leader
     assert [v for _, v in consume(cluster.bootstrap_servers(), topic, 1)] == [b"held"]
-    print(f"{mode}: fired {n} times in 4 s, {len(hidden)} leader hints hidden, delivered {recovery_s:.1f} s after the heal, Produce requests {produce_to}")
+    print(f"{mode}: fired {n} times until the heal, {len(hidden)} leader hints hidden, delivered {recovery_s:.1f} s after the heal, Produce requests {produce_to}")
 
 
 def test_a_corrupted_batch_reaches_the_consumer_and_the_truth_after_the_heal(cluster):

@@ -51,11 +51,11 @@ def remove_proxy_rules(cluster, pairs: list) -> dict[str, int]:
             log.warning("rule %s on node %d: %s; nothing to remove", rule_id, nid, e)
             continue
         try:
-            for r in client.rules():
-                if r.get("id") == rule_id:  # a bandwidth rule never "fires"; it paces what it matches
-                    fired += int(r.get("matched" if r.get("action") == "bandwidth" else "fired", 0))
-                    matched += int(r.get("matched", 0))
-            client.remove_rule(rule_id)
+            # The counters come with the removal: read before it, a firing in between went uncounted.
+            r = client.remove_rule(rule_id) or {}
+            # a bandwidth rule never "fires"; it paces what it matches
+            fired += int(r.get("matched" if r.get("action") == "bandwidth" else "fired", 0))
+            matched += int(r.get("matched", 0))
         except ControlError as e:
             if cluster.proxy_state(nid) != "dead":
                 errors.append(f"proxy of node {nid}: {e}")

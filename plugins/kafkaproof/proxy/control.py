@@ -9,7 +9,7 @@ op             request fields           reply fields
 =============  =======================  ===============================================
 ping           -                        ``pid``
 add_rule       ``rule`` (object)        ``rule_id``
-remove_rule    ``rule_id``              ``removed`` (bool)
+remove_rule    ``rule_id``              ``removed`` (bool), ``rule`` (its final state, or null)
 clear          -                        ``removed`` (int)
 rules          -                        ``rules`` (list)
 stats          -                        ``stats`` (object)
@@ -44,7 +44,8 @@ def handle_command(proxy: FaultProxy, request: Any) -> dict[str, Any]:
         elif op == "add_rule":
             reply["rule_id"] = proxy.add_rule(request.get("rule"))
         elif op == "remove_rule":
-            reply["removed"] = proxy.remove_rule(str(request.get("rule_id")))
+            final = proxy.remove_rule(str(request.get("rule_id")))
+            reply["removed"], reply["rule"] = final is not None, final
         elif op == "clear":
             reply["removed"] = proxy.clear()
         elif op == "rules":
@@ -143,9 +144,10 @@ class ControlClient:
         """Install a rule; returns its id."""
         return str(self.call("add_rule", rule=rule)["rule_id"])
 
-    def remove_rule(self, rule_id: str) -> bool:
-        """Uninstall a rule; False if the proxy had no such rule."""
-        return bool(self.call("remove_rule", rule_id=rule_id)["removed"])
+    def remove_rule(self, rule_id: str) -> dict[str, Any] | None:
+        """Uninstall a rule; returns it with its final counters (`fired`, `matched`), None if the proxy
+        had no such rule."""
+        return self.call("remove_rule", rule_id=rule_id).get("rule")
 
     def clear(self) -> int:
         """Uninstall every rule; returns how many there were."""

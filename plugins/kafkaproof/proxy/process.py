@@ -164,8 +164,8 @@ class ProxyProcess:
         """Install a rule; returns its id."""
         return self.control.add_rule(rule)
 
-    def remove_rule(self, rule_id: str) -> bool:
-        """Uninstall a rule."""
+    def remove_rule(self, rule_id: str) -> dict[str, Any] | None:
+        """Uninstall a rule; returns it with its final counters, None if there was no such rule."""
         return self.control.remove_rule(rule_id)
 
     def clear(self) -> int:

@@ -291,16 +291,18 @@ class FaultProxy:
         log.info("rule %s added: %s", rule_id, parsed.as_json())
         return rule_id
 
-    def remove_rule(self, rule_id: str) -> bool:
-        """Uninstall a rule; False if no such rule (already expired ones are removed too)."""
+    def remove_rule(self, rule_id: str) -> dict[str, Any] | None:
+        """Uninstall a rule; returns it with its final counters, None if no such rule (already expired
+        ones are removed too). The counters are read as it goes, so none of its firings is missed."""
         state = self._states.pop(rule_id, None)
         if state is None:
-            return False
+            return None
+        final = state.as_json(self.now())
         self._refresh()
         self.emit(stamp("rule_removed", rule_id=rule_id, action=state.rule.action,
                         fired=state.fired, matched=state.matched))
         log.info("rule %s removed (fired %d times)", rule_id, state.fired)
-        return True
+        return final
 
     def clear(self) -> int:
         """Uninstall every rule; returns how many there were."""

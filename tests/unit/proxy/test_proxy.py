@@ -1087,7 +1087,8 @@ def test_rule_ids_and_control_protocol(run: Any) -> None:
             assert out["rid"] == "slow" and out["auto"] == "r1"
             assert [r["id"] for r in out["rules"]] == ["slow", "r1"]
             assert out["rules"][0]["state"] == "active"
-            assert out["removed"] is True and out["removed_again"] is False and out["cleared"] == 1
+            assert out["removed"]["id"] == "slow" and out["removed"]["fired"] == 0
+            assert out["removed_again"] is None and out["cleared"] == 1
             assert out["stats"]["rules"] == [] and out["stats"]["listeners"][0]["broker"] == 1
     run(scenario())
 

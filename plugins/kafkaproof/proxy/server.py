@@ -293,7 +293,7 @@ class FaultProxy:
 
     def remove_rule(self, rule_id: str) -> dict[str, Any] | None:
         """Uninstall a rule; returns it with its final counters, None if no such rule (already expired
-        ones are removed too). The counters are read as it goes, so none of its firings is missed."""
+        ones are removed too). The counters are read in the same step as the removal, so no firing is missed."""
         state = self._states.pop(rule_id, None)
         if state is None:
             return None

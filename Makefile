@@ -12,7 +12,7 @@ export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
 KAFKA_VERSIONS ?= 4.3.1 3.9.2
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-packages python kafka java docker docker-base test test-long test-unit test-spark test-cluster test-compose run airflow clean down
+.PHONY: help setup system-packages python kafka java docker docker-base test-setup test test-long test-unit test-spark test-cluster test-compose run airflow clean down
 
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
@@ -58,15 +58,16 @@ docker: setup docker-base
 	@export DOCKER_HOST="$$(bash scripts/docker-engine.sh)" && \
 	  for v in $(KAFKA_VERSIONS); do bash scripts/docker-image.sh $$v >/dev/null; done
 
-test: system-packages
+# Everything the tests need, Docker included (docker-base beside the Python and Kafka setup).
+test-setup: system-packages
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup docker-base
 	@$(MAKE) --no-print-directory docker
+
+test: test-setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The tests of variants (marker `long`) that would take `make test` past its 30-min CI budget.
-test-long: system-packages
-	@$(MAKE) --no-print-directory -j2 --output-sync=target setup docker-base
-	@$(MAKE) --no-print-directory docker
+test-long: test-setup
 	$(PY) -m pytest -m long $(PYTEST_ARGS)
 
 test-unit: python

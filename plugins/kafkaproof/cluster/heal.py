@@ -52,7 +52,10 @@ def remove_proxy_rules(cluster, pairs: list) -> dict[str, int]:
             continue
         try:
             # The counters come with the removal: read before it, a firing in between went uncounted.
-            r = client.remove_rule(rule_id) or {}
+            # A proxy of an older kafkaproof (a cluster kept running across an upgrade) removes
+            # without them; its counters read just before the removal are the best there is.
+            before = {str(r.get("id")): r for r in client.rules()}
+            r = client.remove_rule(rule_id) or before.get(str(rule_id), {})
             # a bandwidth rule never "fires"; it paces what it matches
             fired += int(r.get("matched" if r.get("action") == "bandwidth" else "fired", 0))
             matched += int(r.get("matched", 0))

@@ -1093,6 +1093,41 @@ def test_rule_ids_and_control_protocol(run: Any) -> None:
     run(scenario())
 
 
+def test_heal_counts_firings_of_a_proxy_that_removes_rules_without_counters(run: Any, monkeypatch: Any) -> None:
+    """A proxy started by an older kafkaproof (a cluster kept running across an upgrade) answers
+    remove_rule without the rule's counters; the heal still records its firings, not 0 (which
+    would make the fault look as if it had no effect)."""
+    from kafkaproof.cluster import heal
+    from kafkaproof.proxy import control as control_module
+
+    current = control_module.handle_command
+
+    def older(proxy: Any, request: Any) -> dict[str, Any]:
+        reply = current(proxy, request)
+        if request.get("op") == "remove_rule":
+            reply.pop("rule", None)
+        return reply
+
+    monkeypatch.setattr(control_module, "handle_command", older)
+
+    async def scenario() -> None:
+        async with stack() as s:
+            rid = s.proxy.add_rule({"action": "error", "api": "produce", "error": "REQUEST_TIMED_OUT"})
+            client = await s.client()
+            for correlation_id in (1, 2, 3):
+                await client.send(produce_request(9, {"t": [0]}), correlation_id)
+                await client.recv_raw()
+            control = ControlServer(s.proxy, "127.0.0.1", 0)
+            await control.start()
+            cluster = SimpleNamespace(proxy_control=lambda nid: ControlClient(control.address),
+                                      proxy_state=lambda nid: "running")
+            counts = await asyncio.to_thread(heal.remove_proxy_rules, cluster, [[1, rid]])
+            await control.stop()
+            assert counts == {"proxy_fired": 3, "proxy_matched": 3}
+            assert s.proxy.rules() == []
+    run(scenario())
+
+
 # =========================================================================== subprocess
 
 

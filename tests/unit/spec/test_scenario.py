@@ -136,6 +136,21 @@ def test_overrides_apply_and_are_checked_like_the_file(tmp_path):
         killer.with_overrides(brokers=2)
 
 
+def test_run_takes_a_catalog_name_and_checks_it_before_anything_starts(tmp_path, capsys):
+    """`kafkaproof run NAME` runs the catalog's scenario of that name, as `scenario validate NAME` and
+    `batch --scenario NAME` take it; an unknown name, or an override the scenario cannot take, is an
+    error (exit 2) before any cluster starts or run directory is made."""
+    from kafkaproof import cli
+    out = tmp_path / "runs"
+    assert cli.main(["run", "e6-rf3-min-isr-2", "--brokers", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(REPO / "scenarios" / "e6-rf3-min-isr-2.yaml") in err, err
+    assert "topic.replication_factor: 3 is more than the 2 broker(s)" in err
+    assert cli.main(["run", "no-such-scenario", "--out", str(out)]) == 2
+    assert "no such file, and no scenario of that name in the catalog" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_hash_covers_what_runs_not_the_words_around_it(tmp_path):
     s = scenario_mod.load(write(tmp_path, MINIMAL))
     reworded = scenario_mod.load(write(tmp_path, {**MINIMAL, "tags": ["nightly"], "description": "d",

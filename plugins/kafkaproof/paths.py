@@ -62,16 +62,19 @@ def scenarios_dir() -> Path:
     return share_dir("scenarios")
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
+def write_text_atomic(path: Path, text: str, private: bool = False) -> Path:
     """Replace `path` with `text` at once: readers see the old file or the new one, never a part.
 
     The temporary file has a name of its own, so writers in several threads or processes
-    (drivers started at once, a run and its fault tasks) never move each other's file.
+    (drivers started at once, a run and its fault tasks) never move each other's file. The file
+    is readable by everyone (0644, as a report a web server publishes must be), or by its owner
+    only (0600) when `private`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
                                      suffix=".tmp", delete=False) as tmp:
+        os.fchmod(tmp.fileno(), 0o600 if private else 0o644)
         tmp.write(text)
     os.replace(tmp.name, path)
     return path

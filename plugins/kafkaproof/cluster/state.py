@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ClusterNotRunning
-from ..paths import state_dir
+from ..paths import state_dir, write_text_atomic
 from ..spec.cluster import check_cluster_name
 
 
@@ -43,11 +42,9 @@ def load_state(name: str) -> dict[str, Any]:
 
 
 def save_state(name: str, state: dict[str, Any]) -> None:
-    path = state_path(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    """Replace the cluster's state file at once. Only its owner can read it (mode 0600): it holds the
+    cluster's client settings, a secured cluster's password among them."""
+    write_text_atomic(state_path(name), json.dumps(state, indent=2, sort_keys=True), private=True)
 
 
 def remove_state(name: str) -> None:

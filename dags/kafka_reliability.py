@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, get_current_context, setup, task, task_group, teardown
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkaproof import pipeline
-from kafkaproof.analysis import spark_conf
+from kafkaproof.analysis import application_path, spark_conf
 from kafkaproof.errors import KafkaproofError, ScenarioError
 from kafkaproof.notify import WebhookNotifier
 from kafkaproof.spec.clients import CLIENTS
@@ -27,8 +26,9 @@ from kafkaproof.spec.cluster import CLUSTER_BACKENDS
 from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
 
-REPO = Path(__file__).resolve().parent.parent
-ANALYZE_APP = str(REPO / "spark" / "analyze.py")
+# The checkout's spark/analyze.py, or the installed package's copy: this file also works copied into
+# another Airflow's dags folder next to a pip-installed kafkaproof.
+ANALYZE_APP = str(application_path())
 POOL = "kafka_cluster"  # one slot: two clusters must not share this host
 NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")

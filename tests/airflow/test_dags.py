@@ -5,6 +5,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import subprocess
 import urllib.parse
 import urllib.request
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kafkaproof.analysis import application_path
 from kafkaproof.verdict import history
 from kafkaproof.cluster import state
 from kafkaproof.spec import ledger
@@ -56,18 +58,26 @@ def airflow_home(tmp_path_factory) -> Iterator[Path]:
         os.environ.pop("AIRFLOW__API__PORT", None)
 
 
-def dagbag(home: Path):
-    """A DagBag of dags/, read with the settings of a migrated Airflow home."""
+def dagbag(home: Path, folder: Path = REPO / "dags"):
+    """A DagBag of dags/ (or `folder`), read with the settings of a migrated Airflow home."""
     for key, value in airflow_env(home).items():
         if key.startswith(("AIRFLOW", "KAFKAPROOF")):
             os.environ[key] = value
     from airflow.dag_processing.dagbag import DagBag
-    return DagBag(dag_folder=str(REPO / "dags"))
+    return DagBag(dag_folder=str(folder))
 
 
-def test_dags_import_with_the_expected_structure(airflow_home):
+def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
     bag = dagbag(airflow_home)
     assert bag.import_errors == {}
+    # Copied into another Airflow's dags folder, the DAG file still finds the Spark job (the library's).
+    elsewhere = tmp_path / "dags"
+    elsewhere.mkdir()
+    shutil.copy(REPO / "dags" / "kafka_reliability.py", elsewhere)
+    copied = dagbag(airflow_home, elsewhere)
+    assert copied.import_errors == {}
+    analyze_app = copied.get_dag("kafka_reliability_nightly").get_task("analyze").application
+    assert analyze_app == str(application_path()) and Path(analyze_app).is_file()
     assert {"kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check"} <= set(bag.dag_ids)
     nightly = bag.get_dag("kafka_reliability_nightly")
     assert nightly.catchup is False and nightly.max_active_runs == 1

@@ -48,7 +48,8 @@ def main() -> int:
     parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--graceful", action="store_true",
-                        help="tear down gracefully (SIGTERM, as `kafkaproof cluster down` does) instead of as runs do (SIGKILL)")
+                        help="tear down gracefully (SIGTERM, as `kafkaproof cluster down` does) "
+                             "instead of as runs do (SIGKILL)")
     args = parser.parse_args()
     de.ensure_engine()
     de.ensure_compose_cli()
@@ -57,7 +58,8 @@ def main() -> int:
           f"{'graceful' if args.graceful else 'killing'} teardown")
     print(f"{'round':>5} {'backend':>8} {'ready s':>8} {'down s':>7}")
     med = alternate(("local", "compose"), args.rounds,
-                    lambda backend, r: one(backend, args.brokers, args.controllers, args.kafka_version, r, args.graceful),
+                    lambda backend, r: one(backend, args.brokers, args.controllers, args.kafka_version, r,
+                                           args.graceful),
                     lambda n, backend, x: f"{n:>5} {backend:>8} {x[0]:>8.1f} {x[1]:>7.1f}")
     print(f"median ready: local {med['local'][0]:.1f} s, compose {med['compose'][0]:.1f} s "
           f"(compose / local = {med['compose'][0] / med['local'][0]:.2f}); "

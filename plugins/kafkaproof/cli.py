@@ -204,7 +204,8 @@ def cmd_run(args) -> int:
     elif args.scenario:
         scn = scenario_mod.load(scenario_file(args.scenario))  # validated before anything starts
     else:
-        print("kafkaproof run: give a SCENARIO file or catalog name, --replay RUN_DIR or --salvage RUN_DIR", file=sys.stderr)
+        print("kafkaproof run: give a SCENARIO file or catalog name, --replay RUN_DIR or --salvage RUN_DIR",
+              file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
@@ -447,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_fault_list)
 
     rn = sub.add_parser("run", help="run a scenario and write its ledger to a run directory")
-    rn.add_argument("scenario", nargs="?", help="a scenario file, or the name of a catalog scenario (or --replay RUN_DIR)")
+    rn.add_argument("scenario", nargs="?",
+                    help="a scenario file, or the name of a catalog scenario (or --replay RUN_DIR)")
     rn.add_argument("--out", default=None, help="parent of run directories (default: $KAFKAPROOF_RUNS or ./runs)")
     rn.add_argument("--messages", type=_positive_int, help="override producers.messages")
     rn.add_argument("--kafka-version", help="override cluster.kafka_version")

@@ -599,8 +599,8 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
     From `proxy_events` rows whose phase is `response_dropped` (lost ack),
     `response_replaced` (an error answered after the broker appended) or
     `response_discarded` (an answer lost when the proxy reset the connection, or that
-    a latency rule still held back when the client gave up; only those that had
-    arrived carry base offsets): each partition with a base offset
+    a latency rule still held back when the client gave up; only those whose answer
+    came, before the reset or after it, carry base offsets): each partition with a base offset
     >= 0 took offsets [base, base + record_count - 1] (only `base` when the count is
     unknown). Rows of other topics are ignored when `topic` is known; a write
     recorded twice is kept once (earliest).

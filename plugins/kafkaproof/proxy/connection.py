@@ -42,6 +42,10 @@ _SPECIAL_APIS = frozenset({kp.API_VERSIONS, kp.METADATA, kp.FIND_COORDINATOR, kp
 
 
 _SETTLE_TIMEOUT_S = 60.0
+# How long the broker connection stays open after a rule reset the client's, for the answers to the
+# Produce requests the broker already had (a broker answers within the request's own timeout, 30 s
+# by default in both clients).
+_AWAIT_AFTER_RESET_S = 30.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -125,6 +129,10 @@ class _Connection:
         self.close_reason = ""
         self.requests = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        # After a rule's reset: the Produce requests the broker had, whose answers are awaited
+        # (correlation id -> request, rule, caused_by), and the timer that gives up on them.
+        self.awaited: dict[int, tuple[_Request, RuleState, str]] = {}
+        self._await_timer: asyncio.TimerHandle | None = None
         self.now = self.proxy.now
 
     # ----------------------------------------------------------------- lifecycle
@@ -197,10 +205,13 @@ class _Connection:
               torn_direction: str = RESPONSE) -> None:
         """Reset the connection (RST) because rule ``state`` acted (its event's phase: ``caused_by``).
 
-        Every request whose answer the client will now never get is reported first,
-        one ``response_discarded`` event each, in request order: answers that had
-        arrived (with the ``results`` of a Produce, i.e. what the broker wrote) and
-        requests still awaiting theirs. Not reported: a lost ack's own request (its
+        Every request whose answer the client will now never get is reported, one
+        ``response_discarded`` event each: answers that had arrived (with the
+        ``results`` of a Produce, i.e. what the broker wrote) at once, in request order;
+        a Produce request the broker had but not answered yet when its answer comes,
+        the broker connection kept open for it (``_AWAIT_AFTER_RESET_S`` at most), so
+        its event says what the broker wrote too; any other request still awaiting its
+        answer at once, without results. Not reported: a lost ack's own request (its
         ``response_dropped`` says so), and a request ``torn`` on its way to the broker
         (its ``connection_reset`` says so; it never reached the broker whole). A
         response ``torn`` on its way to the client was discarded too.
@@ -221,6 +232,8 @@ class _Connection:
                 torn_request = torn.ctx
         if self.down is not None:
             items.extend(self.down.queued())
+        # Requests still queued towards the broker (request latency, bandwidth) never reach it.
+        unsent = {id(item.ctx) for item in self.up.queued()} if self.up is not None else set()
         for item in items:
             if item.state == SLOT_READY:
                 received = True
@@ -230,7 +243,58 @@ class _Connection:
                 continue  # SLOT_DROP/SLOT_RESET: a lost ack, already reported as response_dropped
             if item.ctx is None or item.ctx is torn_request:
                 continue
+            if (not received and item.ctx.header.api_key == kp.PRODUCE and id(item.ctx) not in unsent
+                    and self.upstream_side is not None and not self.upstream_side.lost):
+                self.awaited[item.ctx.header.correlation_id] = (item.ctx, state, caused_by)
+                continue
             self._discarded(item, state, caused_by, received)
+
+    def _await_answers(self) -> None:
+        """Keep reading the broker connection, the client's reset, until the awaited answers are in."""
+        upstream = self.upstream_side
+        assert upstream is not None
+        upstream.on_frame = self._on_answer_after_reset
+        upstream.on_lost = lambda exc: self.stop_awaiting()
+        upstream.sender = None
+        upstream.resume_all()
+        self.listener.awaiting.add(self)
+        self._await_timer = asyncio.get_running_loop().call_later(_AWAIT_AFTER_RESET_S, self.stop_awaiting)
+
+    def _on_answer_after_reset(self, head: bytes, frame: bytes) -> None:
+        """A broker answer on a connection whose client a rule reset: report it if it was awaited."""
+        correlation_id = kp.response_correlation_id(frame)
+        while self.pending and self.pending[0].ctx.header.correlation_id != correlation_id:
+            self.pending.popleft()  # answers come in request order: one skipped will not come
+        if not self.pending:
+            self.stop_awaiting()
+            return
+        self.pending.popleft()
+        entry = self.awaited.pop(correlation_id, None)
+        if entry is not None:
+            ctx, state, caused_by = entry
+            detail: dict[str, Any] = {"caused_by": caused_by, "response_received": True, "after_reset": True}
+            results = self._produce_results(ctx.header, frame)
+            if results is not None:
+                detail["results"] = results
+            self.event("fault", ctx, state, phase="response_discarded", detail=detail)
+        if not self.awaited:
+            self.stop_awaiting()
+
+    def stop_awaiting(self) -> None:
+        """Close the broker connection kept open after a reset; awaited answers that never came are
+        reported without results."""
+        if self._await_timer is not None:
+            self._await_timer.cancel()
+            self._await_timer = None
+        awaited, self.awaited = self.awaited, {}
+        for ctx, state, caused_by in awaited.values():
+            self.event("fault", ctx, state, phase="response_discarded",
+                       detail={"caused_by": caused_by, "response_received": False})
+        self.listener.awaiting.discard(self)
+        upstream = self.upstream_side
+        if upstream is not None and upstream.on_frame == self._on_answer_after_reset:
+            upstream.detach()
+            abort_with_rst(upstream.transport)
 
     def _report_held_back(self) -> None:
         """Report the answers a latency rule still held back when the connection closed.
@@ -278,6 +342,8 @@ class _Connection:
         for side in (self.client_side, self.upstream_side):
             if side is None:
                 continue
+            if side is self.upstream_side and self.awaited:
+                continue  # kept open for the answers a reset still awaits
             side.detach()
             if rst:
                 abort_with_rst(side.transport)
@@ -290,6 +356,8 @@ class _Connection:
         self.listener.connections.discard(self)
         self.event("conn_close", detail={"reason": reason, "rst": rst, "requests": self.requests,
                                          "in_flight": len(self.pending)})
+        if self.awaited:
+            self._await_answers()
 
     # ----------------------------------------------------------------- requests
 

@@ -104,6 +104,7 @@ class _Listener:
         self.advertised: tuple[str, int] = route.advertise or route.listen
         self.stats = ListenerStats()
         self.connections: set[_Connection] = set()
+        self.awaiting: set[_Connection] = set()  # closed by a rule's reset, still reading answers from the broker
         self._upstream_ips: set[str] = set()
 
     @property
@@ -129,6 +130,8 @@ class _Listener:
             self.server.close()
         for conn in list(self.connections):
             conn.close("proxy stopping")
+        for conn in list(self.awaiting):
+            conn.stop_awaiting()
         if self.server is not None:
             await self.server.wait_closed()
 

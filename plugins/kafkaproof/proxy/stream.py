@@ -151,6 +151,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self._parse_scheduled = True
             asyncio.get_running_loop().call_soon(self._parse_later)
 
+    def resume_all(self) -> None:
+        """Withdraw every pause reason (the side's reader is the only one left)."""
+        for reason in list(self._pauses):
+            self.resume(reason)
+
     def _parse_later(self) -> None:
         self._parse_scheduled = False
         if not self._pauses and not self.lost:

@@ -559,14 +559,71 @@ def test_lost_ack_reset_reports_the_answers_pipelined_behind_it(run: Any) -> Non
             assert third["detail"]["results"][0]["base_offset"] == 2 and third["topics"][0]["partitions"] == [0]
             assert metadata["api"] == "metadata"
             assert metadata["detail"] == {"caused_by": "response_dropped", "response_received": False}
-            assert fifth["detail"] == {"caused_by": "response_dropped", "response_received": False}
+            assert fifth["detail"] == {"caused_by": "response_dropped", "response_received": True, "after_reset": True,
+                                       "results": [{"topic": "t", "partition": 2, "error_code": 0, "error": "NONE",
+                                                    "base_offset": 0}]}
             assert fifth["topics"] == [{"topic": "t", "partitions": [2], "record_counts": [1]}]
             close = s.sink.of("conn_close")[-1]
             assert close["detail"]["rst"] is True and close["detail"]["in_flight"] == 2
             await client.close()
     run(scenario())
 
+            assert close["ts_ns"] < fifth["ts_ns"] and not s.proxy.listeners[0].awaiting
+            await client.close()
+    run(scenario())
 
+
+def test_a_reset_awaits_the_answers_of_the_produce_requests_the_broker_has(run: Any, monkeypatch: Any) -> None:
+    async def scenario() -> None:
+        async with stack(delays={kp.PRODUCE: 0.3}) as s:
+            s.proxy.add_rule({"action": "latency", "api": "produce", "client_id": "slow", "direction": "request",
+                              "ms": 5000})
+            rid = s.proxy.add_rule({"action": "reset", "client_id": "resetter"})
+            client = await s.client()
+            await client.send(produce_request(9, {"t": [0]}, records_per_partition=2), 1)  # at the broker
+            await client.send(produce_request(9, {"t": [1]}), 2)                           # queued there
+            await client.send(produce_request(9, {"t": [2]}), 3, client_id="slow")  # held back: never sent
+            await _until(lambda: len(s.brokers[0].requests) == 1)  # the broker works on the first
+            await client.send(api_versions_request(3), 4, client_id="resetter")
+            with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                await client.recv_raw()
+            # At the reset: the request the broker never got, without results.
+            assert [(e["correlation_id"], e["detail"]) for e in s.faults(phase="response_discarded")] == [
+                (3, {"caused_by": "connection_reset", "response_received": False})]
+            assert s.proxy.listeners[0].awaiting
+            # Then the answers to the two the broker had, as they come, with what it wrote.
+            await _until(lambda: len(s.faults(phase="response_discarded")) == 3)
+            first, second = s.faults(phase="response_discarded")[1:]
+            assert [(e["correlation_id"], e["rule_id"], e["topics"]) for e in (first, second)] == [
+                (1, rid, [{"topic": "t", "partitions": [0], "record_counts": [2]}]),
+                (2, rid, [{"topic": "t", "partitions": [1], "record_counts": [1]}])]
+            assert first["detail"] == {"caused_by": "connection_reset", "response_received": True,
+                                       "after_reset": True, "results": [
+                                           {"topic": "t", "partition": 0, "error_code": 0, "error": "NONE",
+                                            "base_offset": 0}]}
+            assert second["detail"]["results"][0]["partition"] == 1 and second["detail"]["after_reset"] is True
+            assert not s.proxy.listeners[0].awaiting and ("t", 2) not in s.cluster.logs
+
+            # An answer that does not come in time is reported without results, as is one still
+            # awaited when the proxy stops.
+            monkeypatch.setattr("kafkaproof.proxy.connection._AWAIT_AFTER_RESET_S", 0.1)
+            s.brokers[0].delays[kp.PRODUCE] = 1.0
+            for n in range(2):
+                other = await s.client()
+                await other.send(produce_request(9, {"t": [0]}), 1)
+                await _until(lambda: len(s.brokers[0].requests) == 3 + n)
+                await other.send(api_versions_request(3), 2, client_id="resetter")
+                with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                    await other.recv_raw()
+                if n == 0:
+                    await _until(lambda: len(s.faults(phase="response_discarded")) == 4)
+                else:
+                    assert s.proxy.listeners[0].awaiting
+                    await s.proxy.stop()
+                assert s.faults(phase="response_discarded")[-1]["detail"] == {
+                    "caused_by": "connection_reset", "response_received": False}
+                assert not s.proxy.listeners[0].awaiting
+                await other.close()
 def test_reset_rules_report_the_answers_they_discard(run: Any) -> None:
     async def scenario() -> None:
         async with stack(delays={kp.METADATA: 0.5}) as s:

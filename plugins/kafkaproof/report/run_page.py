@@ -162,8 +162,9 @@ def section_exercised(v: RunView) -> Markup:
             for r in results]
     out.append(table(["", "check", "of", "evidence", "why it matters"], rows))
     if any(not r.get("held") for r in results):
-        out.append(tag("p", "A condition not met makes the run an error: the faults did not do what the scenario "
-                            "needs, so its verdict would mean nothing.", class_="sub"))
+        out.append(tag("p", "A condition not met makes a run that would pass an error: the faults did not do what "
+                            "the scenario needs, so its pass would mean nothing. A violation found is a failure "
+                            "all the same.", class_="sub"))
     return join(out)
 
 

@@ -112,11 +112,18 @@ def judged_verdict(validation: Mapping[str, Any], guarantee: str, outcome: str, 
     lines: list[tuple[str, str]] = [("bad" if status == "error" else "warn", f"Cannot be judged: {e}") for e in errors]
     if status == "error" and not errors:
         lines.append(("bad", "Validation ended in error (no reason recorded)."))
+    if status == "fail":
+        lines += [("warn", f"Unconfirmed: {u}; the violation found stands.")
+                  for u in validation.get("unconfirmed") or []]
     if outcome == "detect":
         lines += control_lines(detect, counts)
         lines += [("bad", violation_sentence(r, counts)) for r in violated if row_kind(r) not in detect]
+        # Found outside `detect` though the guarantee forbids it: not decisive, but never "allowed".
+        forbidden = {k for r in rows if r.get("also_found") and (k := row_kind(r))}
         skip = set(detect) | {row_kind(r) for r in violated}
-        lines += other_anomaly_lines(counts, skip, "info", "Also found (not decisive in a negative control): ")
+        lines += other_anomaly_lines(counts, skip | (set(counts or {}) - forbidden), "warn",
+                                     f"Also found (forbidden by the guarantee, {guarantee}): ")
+        lines += other_anomaly_lines(counts, skip | forbidden, "info", "Also found (not decisive in a negative control): ")
         what = {"pass": "negative control detected what it must", "fail": "negative control missed its anomaly"}
         return Verdict(status, f"{status.upper()}: {what.get(status, 'negative control')} ({guarantee})", lines)
     lines += [("bad", violation_sentence(r, counts)) for r in violated]

@@ -181,14 +181,21 @@ class Judgement:
 
     anomaly: str
     count: int
-    allowed: bool            # a non-zero count does not fail the run
+    allowed: bool            # the guarantee (and claims) allow it, or a negative control must detect it
     expected_detected: bool  # a negative control requires count > 0
     ok: bool                 # this row does not fail the run
+
+    @property
+    def also_found(self) -> bool:
+        """Found in a negative control outside its `detect` list though the guarantee forbids it: it does not
+        decide the control, and is reported as "also found (forbidden by the guarantee)", never as allowed."""
+        return self.ok and not self.allowed and self.count > 0
 
 
 def judge(counts: Mapping[str, int], policy: Policy, guarantee: str, expect: Expect,
           claims: Sequence[str] = ()) -> list[Judgement]:
-    """Per-kind verdict rows. In a negative control only the listed kinds decide (and unseen)."""
+    """Per-kind verdict rows. In a negative control only the listed kinds decide (and unseen); the others
+    keep `allowed` as the guarantee has it, so a forbidden one found there reads as `also_found`."""
     forbidden = set(policy.forbidden(guarantee, claims))
     rows = []
     for name in policy.names:
@@ -198,7 +205,7 @@ def judge(counts: Mapping[str, int], policy: Policy, guarantee: str, expect: Exp
         if cls == "incomplete":
             allowed, ok = False, n == 0
         elif expect.is_control:
-            allowed, ok = True, (n > 0) if wanted else True
+            allowed, ok = wanted or name not in forbidden, (n > 0) if wanted else True
         else:
             allowed = name not in forbidden
             ok = allowed or n == 0
@@ -235,8 +242,12 @@ def counts_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequenc
             exps.append(_exp("expect_column_values_to_be_between", {**meta, "rule": f"forbidden by {what}"},
                              column=k.name, min_value=0, max_value=0))
         else:
-            why = "not decisive in a negative control" if expect.is_control else (
-                "informational" if k.cls == "info" else f"allowed by {what}")
+            if expect.is_control and k.name in forbidden:
+                why = f"forbidden by {what}, not decisive in a negative control: reported as also found"
+            elif expect.is_control:
+                why = "not decisive in a negative control"
+            else:
+                why = "informational" if k.cls == "info" else f"allowed by {what}"
             exps.append(_exp("expect_column_values_to_be_between", {**meta, "rule": why}, column=k.name, min_value=0))
     meta = {"guarantee": guarantee, "expect": {"outcome": expect.outcome, "detect": list(expect.detect)},
             "generated_from": "expectations/policy.yaml"}

@@ -68,6 +68,8 @@ def judge_run(run_dir: str | Path | None, scenario: str | None = None, error: st
         summary.verdict = str(result.get("status") or "error")
         counts = {k: int(r.get("count") or 0) for r in result.get("rows") or [] if (k := row_kind(r))}
         summary.violations = [violation_sentence(r, counts) for r in result.get("rows") or [] if row_violated(r)]
+        if summary.verdict == "fail":  # a violation stands; name what the run could not confirm beside it
+            summary.warnings += [f"unconfirmed: {u}" for u in result.get("unconfirmed") or []]
         if summary.verdict == "error":
             summary.error = "; ".join(validation_errors(result)) or "validation error"
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}

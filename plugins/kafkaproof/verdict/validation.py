@@ -8,7 +8,10 @@ frames (anomaly counts, anomaly rows, values), builds Data Docs into
 
 Status: `error` when the run cannot be judged (manifest not complete, analysis
 missing, unseen values, incomplete drain, a fault never healed) — never a pass;
-otherwise `pass` when every suite succeeds, else `fail`.
+otherwise `fail` when a suite fails (a violation found stands even when a fault's
+effect is unconfirmed), `error` when it would pass but a fault or condition was not
+exercised or there was nothing to judge (no sends; consumers that read nothing),
+else `pass`.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ class AnomalyRow:
     cls: str
     summary: str
     examples: list[int] = field(default_factory=list)
+    also_found: bool = False  # negative control: found outside `detect`, forbidden by the guarantee
 
 
 @dataclass
@@ -71,6 +75,9 @@ class ValidationResult:
     data_docs: Path | None
     claims: list[str] = field(default_factory=list)       # application-level claims judged besides the guarantee
     exercised: list[dict[str, Any]] = field(default_factory=list)  # the analysis' "did the check bite" results
+    # Why a pass would not have meant anything (a fault not exercised, nothing to judge): named beside a FAIL,
+    # the errors of an ERROR.
+    unconfirmed: list[str] = field(default_factory=list)
 
     @property
     def failing(self) -> list[AnomalyRow]:
@@ -113,9 +120,48 @@ def run_errors(manifest: Manifest, metrics: Mapping[str, Any], policy: Policy) -
         errors.append("manifest has no audit.partitions: the final drain was not recorded")
     if metrics.get("unhealed_faults"):
         errors.append(f"fault(s) never healed: {', '.join(metrics['unhealed_faults'])}")
-    for r in not_exercised(metrics):
-        errors.append(f"not exercised: {r['check']} {r['subject']}: {r['evidence']}; the run tested nothing it claims")
     return errors
+
+
+def unconfirmed_reasons(metrics: Mapping[str, Any]) -> list[str]:
+    """Why a pass would mean nothing: a fault or condition not exercised, or nothing to judge.
+
+    Unlike `run_errors`, these do not make a violation found any less real: they turn only a
+    would-be pass into an error (`decide_status`)."""
+    reasons = [f"not exercised: {r['check']} {r['subject']}: {r['evidence']}" for r in not_exercised(metrics)]
+    return reasons + nothing_to_judge(metrics)
+
+
+def nothing_to_judge(metrics: Mapping[str, Any]) -> list[str]:
+    """Pure: an empty run. No sends at all; or acknowledged values (of committed transactions, if any) and
+    consumers configured that read nothing at all. A run whose sends all failed has nothing acknowledged
+    to read: it is judged (its scenario says what it expects, e.g. `exercised: send_errors`)."""
+    outcomes = metrics.get("outcomes")
+    if not isinstance(outcomes, Mapping) or "sent" not in outcomes:
+        return []  # an analysis without outcomes says nothing either way
+    if not outcomes.get("sent"):
+        return ["nothing to judge: 0 sends"]
+    expected = int(outcomes.get("expected") or 0)
+    if metrics.get("has_consumers") and expected and not outcomes.get("reads"):
+        return [f"nothing to judge on the consumer side: {expected:,} acknowledged value(s), and the consumers "
+                "configured read nothing at all (0 reads)"]
+    return []
+
+
+def decide_status(errors: Sequence[str], unconfirmed: Sequence[str], judged_ok: bool) -> tuple[str, list[str]]:
+    """Pure: (status, errors) from the reasons the run cannot be judged (`run_errors`), the reasons a pass
+    would mean nothing (`unconfirmed_reasons`) and whether the suites and the policy passed it.
+
+    A violation found is a FAIL even when a fault's effect was not confirmed; "not exercised" and
+    "nothing to judge" turn only a would-be pass into an ERROR."""
+    why = [f"{u}; the run tested nothing it claims" for u in unconfirmed]
+    if errors:
+        return "error", [*errors, *why]
+    if not judged_ok:
+        return "fail", []
+    if unconfirmed:
+        return "error", why
+    return "pass", []
 
 
 def not_exercised(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -272,7 +318,7 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     anomalies = anomalies_frame(run_dir)
     examples = anomaly_examples(anomalies)
     rows = [AnomalyRow(j.anomaly, j.count, j.allowed, j.expected_detected, j.ok, policy.kind(j.anomaly).cls,
-                       policy.kind(j.anomaly).summary, examples.get(j.anomaly, []))
+                       policy.kind(j.anomaly).summary, examples.get(j.anomaly, []), j.also_found)
             for j in judge(counts, policy, guarantee, exp, claims)]
 
     specs = suites(policy, guarantee, exp, claims)
@@ -285,11 +331,12 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
         # Both read the same policy; disagreement is a bug, and must never turn into a pass.
         errors.append(f"GX suites ({'pass' if gx_ok else 'fail'}) and policy ({'pass' if policy_ok else 'fail'}) "
                       "disagree; treat as a kafkaproof bug")
-    status = "error" if errors else ("pass" if gx_ok and policy_ok else "fail")
+    unconfirmed = unconfirmed_reasons(metrics)
+    status, errors = decide_status(errors, unconfirmed, gx_ok and policy_ok)
     index = docs_dir / "index.html"
     result = ValidationResult(run_dir, status == "pass", status, guarantee, expect_dict, rows, errors,
                               suite_results, index if data_docs and index.exists() else None, claims,
-                              list(metrics.get("exercised") or []))
+                              list(metrics.get("exercised") or []), unconfirmed)
     return _save(result)
 
 
@@ -309,12 +356,17 @@ def format_result(result: ValidationResult, *, all_rows: bool = False) -> str:
     lines = [head]
     for e in result.errors:
         lines.append(f"  error: {e}")
+    if result.status == "fail":
+        for u in result.unconfirmed:
+            lines.append(f"  unconfirmed: {u}; the violation found stands")
     shown = [r for r in result.rows if all_rows or r.count or r.expected_detected or not r.ok]
     if shown:
         width = max(len(r.anomaly) for r in shown)
         for r in shown:
             if not r.ok:
                 mark = "MISSING" if r.expected_detected else "FAIL"
+            elif r.also_found:
+                mark = "ALSO"
             elif r.expected_detected:
                 mark = "found"
             elif r.cls == "info":
@@ -322,7 +374,8 @@ def format_result(result: ValidationResult, *, all_rows: bool = False) -> str:
             else:
                 mark = "allowed" if r.count else "ok"
             ids = f"  e.g. value ids {', '.join(map(str, r.examples))}" if r.examples else ""
-            lines.append(f"  {mark:>7}  {r.anomaly:<{width}}  {r.count:>8}{ids}")
+            also = "  also found (forbidden by the guarantee)" if r.also_found else ""
+            lines.append(f"  {mark:>7}  {r.anomaly:<{width}}  {r.count:>8}{ids}{also}")
     else:
         lines.append("  no anomalies")
     for r in result.exercised:
@@ -341,4 +394,4 @@ def load_result(run_dir: Path) -> dict[str, Any]:
 
 
 __all__: Sequence[str] = ("AnomalyRow", "ValidationResult", "validate", "format_result", "load_result",
-                          "read_metrics", "Expect")
+                          "read_metrics", "Expect", "decide_status", "nothing_to_judge", "unconfirmed_reasons")

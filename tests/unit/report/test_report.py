@@ -41,7 +41,9 @@ def test_run_report_negative_control(tmp_path, history_url):
     assert "PASS" in verdict and "negative control" in verdict
     assert "Expected anomaly detected (lost): 300 acknowledged values were lost: they are not in the log after " \
            "the faults healed." in text_of(verdict)
-    assert "Also found (not decisive in a negative control): 300 offsets hold different values" in text_of(verdict)
+    # inconsistent_offsets is outside the control's detect list and forbidden by its guarantee: never "allowed"
+    assert "Also found (forbidden by the guarantee, at-least-once): 300 offsets hold different values" \
+        in text_of(verdict)
     assert page.index('id="verdict"') < page.index('id="timeline"') < page.index('id="anomalies"')
     assert EXPLANATION in text
     # timeline: the chart with both fault bands labelled, leader change and ISR states

@@ -5,6 +5,14 @@ static files, and an index of the batches newest first); the UI gets a "kafkapro
 entry that opens it, and every task of kafkaproof's DAGs an extra link "kafkaproof reports" to its
 DAG run's summary page. The library itself (plugins/kafkaproof/) is a package, kept out of Airflow's
 plugin scan by plugins/.airflowignore.
+
+Airflow does not authenticate a plugin's FastAPI app: every route here does it itself, as Airflow's
+core API does (`airflow.api_fastapi.core_api.security`: the auth manager's JWT from the
+`Authorization: Bearer` header or the UI's `_token` cookie), and authorises it against read access
+to kafkaproof's DAGs (`requires_access_dag("GET")`). No token: 401; a token the auth manager does
+not accept: 403 (401 when expired); a user who may read none of kafkaproof's DAGs: 403. A DAG run's
+batch page (`batches/<dag_id>_<run_id>…`) needs read access to that DAG; the index lists the batches
+of the DAGs the caller may read; run directories, which no DAG owns, need read access to any of them.
 """
 from __future__ import annotations
 
@@ -13,20 +21,66 @@ from pathlib import Path
 
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
 from kafkaproof.paths import runs_dir
 from kafkaproof.report.batch_page import safe_batch_id
 
 URL_PREFIX = "/kafkaproof"
-KAFKAPROOF_DAGS = ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check")
+KAFKAPROOF_DAGS = ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check",
+                   "kafka_reliability_soak")
+_bearer = HTTPBearer(auto_error=False)
 
 
-def batch_index(runs: Path) -> str:
-    """The index page: each batch (a DAG run or `kafkaproof batch`) newest first, and the latest run reports."""
-    batches = sorted((d for d in (runs / "batches").glob("*") if (d / "index.html").exists()),
+def _security():
+    """Airflow's core API security module, imported on the first request: the api-server serves this
+    app, but every Airflow process imports the plugin (the extra link), and that import costs seconds."""
+    from airflow.api_fastapi.core_api import security
+    return security
+
+
+async def current_user(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)):
+    """The caller, authenticated as Airflow's core API does it (`security.get_user`: the bearer token,
+    else the UI's cookie). 401 without a token, 403 for one the auth manager does not accept."""
+    return await _security().get_user(request, None, credentials)
+
+
+def readable_dags(request: Request, user=Depends(current_user)) -> frozenset[str]:
+    """kafkaproof's DAGs the caller may read (`security.requires_access_dag("GET")`, each DAG by id);
+    403 when none."""
+    security = _security()
+    readable = set()
+    for dag_id in KAFKAPROOF_DAGS:
+        try:
+            security.requires_access_dag("GET", param_dag_id=dag_id)(request, user)
+        except HTTPException as e:
+            if e.status_code != 403:
+                raise
+        else:
+            readable.add(dag_id)
+    if not readable:
+        raise HTTPException(403, "Forbidden: kafkaproof's reports are for users who may read its DAGs "
+                                 f"({', '.join(KAFKAPROOF_DAGS)})")
+    return frozenset(readable)
+
+
+def batch_dag(batch_dir_name: str) -> str | None:
+    """The kafkaproof DAG whose run a batch directory belongs to (`safe_batch_id` of `dag_id/run_id`
+    starts with `dag_id_`), or None (a `kafkaproof batch` or `report --night` batch)."""
+    for dag_id in sorted(KAFKAPROOF_DAGS, key=len, reverse=True):
+        if batch_dir_name.startswith(f"{dag_id}_"):
+            return dag_id
+    return None
+
+
+def batch_index(runs: Path, readable: frozenset[str] | set[str] = frozenset(KAFKAPROOF_DAGS)) -> str:
+    """The index page: each batch (a DAG run or `kafkaproof batch`) newest first, and the latest run reports;
+    a DAG run's batch only when its DAG is in `readable`."""
+    batches = sorted((d for d in (runs / "batches").glob("*") if (d / "index.html").exists()
+                      and batch_dag(d.name) in {None, *readable}),
                      key=lambda d: (d / "index.html").stat().st_mtime, reverse=True)
     reports = sorted((d for d in runs.glob("*") if (d / "report" / "index.html").exists()),
                      key=lambda d: (d / "report" / "index.html").stat().st_mtime, reverse=True)[:50]
@@ -42,17 +96,30 @@ def batch_index(runs: Path) -> str:
 
 
 def reports_app(runs: Path | None = None) -> FastAPI:
-    """The FastAPI app serving a runs directory: `/` the index, anything else the files under it."""
+    """The FastAPI app serving a runs directory: `/` the index, anything else the files under it; every
+    route only to a caller who may read a kafkaproof DAG (`readable_dags`), a DAG run's batch page only
+    to one who may read that DAG."""
     runs = Path(runs or runs_dir())
     app = FastAPI(title="kafkaproof reports")
+    files = StaticFiles(directory=runs, html=True, check_dir=False)
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> str:
+    def index(readable: frozenset[str] = Depends(readable_dags)) -> str:
         if not runs.is_dir():
             raise HTTPException(404, f"no runs directory {runs} (set KAFKAPROOF_RUNS)")
-        return batch_index(runs)
+        return batch_index(runs, readable)
 
-    app.mount("/", StaticFiles(directory=runs, html=True, check_dir=False), name="runs")
+    @app.api_route("/{path:path}", methods=["GET", "HEAD"])
+    async def file(path: str, request: Request, readable: frozenset[str] = Depends(readable_dags)) -> Response:
+        """A file under the runs directory (a directory: its index.html), as StaticFiles serves it (no path
+        outside the directory, no symlink out of it)."""
+        relative = files.get_path(request.scope)  # normalised: `x/../batches/…` is checked as `batches/…`
+        parts = Path(relative).parts
+        if len(parts) > 1 and parts[0] == "batches" and batch_dag(parts[1]) not in {None, *readable}:
+            raise HTTPException(403, f"Forbidden: this batch belongs to DAG {batch_dag(parts[1])}, "
+                                     "which you may not read")
+        return await files.get_response(relative, request.scope)
+
     return app
 
 

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import runpy
 import shutil
 import subprocess
-import urllib.parse
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -186,14 +185,6 @@ class WebhookReceiver:
         self.server.shutdown()
 
 
-def headless_dom(url: str) -> str:
-    """The DOM headless Chromium (Debian's, `make setup` installs it) renders for `url`."""
-    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
-
-
 def dags_test(env: dict, dag_id: str, conf: dict | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:
     """`airflow dags test`; the nightly DAG on LocalExecutor (its fault tasks run beside the workload),
     the others one task at a time (their mapped scenarios must not start two clusters at once there)."""
@@ -323,38 +314,155 @@ def test_manual_dag_runs_a_client_matrix_analysed_on_the_spark_master_spark_defa
     assert "Client matrix" in html and "librdkafka" in html and "java" in html
 
 
-def test_the_plugin_serves_reports_in_the_airflow_ui_and_the_library_trips_no_plugin_import(airflow_home, tmp_path):
+class Chromium:
+    """Headless Chromium (Debian's, `make setup` installs it) driven over the DevTools protocol: go to a page,
+    type into it, click, read its DOM, as a user would (cookies, redirects and scripts included)."""
+
+    def __init__(self, profile: Path):
+        port = free_port()
+        self.proc = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                      f"--remote-debugging-port={port}", f"--user-data-dir={profile}", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+        def page() -> str | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
+                    return next((t["webSocketDebuggerUrl"] for t in json.load(r) if t["type"] == "page"), None)
+            except OSError:
+                return None
+
+        from websockets.sync.client import connect
+        self.ws = connect(wait_for(page, 60, "Chromium's DevTools endpoint"), max_size=None).__enter__()
+        self.calls = 0
+
+    def call(self, method: str, **params) -> dict:
+        self.calls += 1
+        self.ws.send(json.dumps({"id": self.calls, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv(timeout=60))
+            if message.get("id") == self.calls:
+                assert "error" not in message, message
+                return message.get("result", {})
+
+    def evaluate(self, expression: str):
+        """The expression's value in the page, None while the page is between documents."""
+        try:
+            result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        except AssertionError:
+            return None
+        return None if "exceptionDetails" in result else result["result"].get("value")
+
+    def goto(self, url: str, until: str, timeout_s: float = 90):
+        """Open `url`; wait until the expression `until` is true in the page (returns its value)."""
+        self.call("Page.navigate", url=url)
+        return wait_for(lambda: self.evaluate(until), timeout_s, f"{until} at {url}")
+
+    def type_into(self, selector: str, text: str) -> None:
+        assert self.evaluate(f"(e => (e.focus(), !!e))(document.querySelector({json.dumps(selector)}))")
+        self.call("Input.insertText", text=text)
+
+    def __enter__(self) -> "Chromium":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.ws.close()
+        stop_group(self.proc, grace_s=10)
+
+
+def forged_token(**claims) -> str:
+    """A JWT like the auth manager's, signed with a key that is not Airflow's."""
+    import jwt
+    now = int(datetime.now(timezone.utc).timestamp())
+    return jwt.encode({"sub": "admin", "role": "admin", "iat": now, "nbf": now, "exp": now + 3600, **claims},
+                      "not-the-api-secret-" * 4, algorithm="HS512")
+
+
+def http_status(url: str, token: str | None = None, cookie: str | None = None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if cookie:
+        headers["Cookie"] = f"_token={cookie}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_plugin_serves_reports_only_to_users_who_may_read_the_dags_and_trips_no_plugin_import(airflow_home,
+                                                                                                     tmp_path):
     from report_runs import make_run
+    from kafkaproof import pipeline
     from kafkaproof.report import write_run_report
     runs = tmp_path / "runs"
     run_dir = make_run(runs)
     write_run_report(run_dir)
+    batch_id = "kafka_reliability_nightly/scheduled__2026-11-24T02:00:00+00:00"
+    batch_page = Path(pipeline.write_batch_report([], batch_id, runs)).relative_to(runs).as_posix()
     port = str(free_port())
-    env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(runs), AIRFLOW__API__PORT=port)
+    # Airflow's own auth manager (simple) with three users: an admin, a viewer (may read every DAG) and a
+    # user without a role (may read none)
+    env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(runs), AIRFLOW__API__PORT=port,
+                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin,viewer:viewer,outsider:")
     log_path = tmp_path / "api-server.log"
     with open(log_path, "w") as out:  # every app: the UI, the REST API and the plugins' apps
         api = subprocess.Popen(["airflow", "api-server", "--port", port], env=env, stdout=out,
                                stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}/kafkaproof/"
+    root = f"http://127.0.0.1:{port}"
+    base = f"{root}/kafkaproof/"
 
-    def index() -> str | None:
+    def up() -> bool:
         assert api.poll() is None, log_path.read_text()[-3000:]
         try:
-            with urllib.request.urlopen(base, timeout=2) as r:
-                return r.read().decode()
+            return http_status(base) == 401
         except OSError:
-            return None
+            return False
 
+    def login(user: str) -> str:
+        passwords = json.loads((airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
+        body = json.dumps({"username": user, "password": passwords[user]}).encode()
+        request = urllib.request.Request(f"{root}/auth/token", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.load(r)["access_token"]
+
+    files = ["", f"{run_dir.name}/report/index.html", f"{run_dir.name}/manifest.json",
+             f"{run_dir.name}/sends.parquet", batch_page, "no-such-file", "../airflow.cfg"]
     try:
-        page = wait_for(index, 180, f"the kafkaproof plugin at {base}")
-        assert f'href="{run_dir.name}/report/index.html"' in page
-        with urllib.request.urlopen(base + f"{run_dir.name}/report/index.html", timeout=10) as r:
-            assert r.status == 200 and run_dir.name in r.read().decode()
-        # in a browser: the index's link opens the report
-        index_dom = headless_dom(base)
-        (href,) = [h for h in re.findall(r'href="([^"]+)"', index_dom) if h.endswith("/report/index.html")]
-        report_dom = headless_dom(urllib.parse.urljoin(base, href))
-        assert "<svg" in report_dom and run_dir.name in report_dom
+        wait_for(up, 180, f"the kafkaproof plugin at {base}")
+        admin, viewer, outsider = login("admin"), login("viewer"), login("outsider")
+        got = {who: {f: http_status(base + f, **how) for f in files} for who, how in {
+            "anonymous": {}, "forged": {"token": forged_token()}, "forged cookie": {"cookie": forged_token()},
+            "unsigned": {"token": forged_token().rsplit(".", 1)[0] + "."}, "outsider": {"token": outsider},
+            "admin": {"token": admin}, "viewer": {"token": viewer}, "admin cookie": {"cookie": admin}}.items()}
+        print(json.dumps(got, indent=1))
+        assert set(got["anonymous"].values()) == {401}  # every file under the runs directory too
+        for who in ("forged", "forged cookie", "unsigned", "outsider"):
+            assert set(got[who].values()) == {403}, who
+        for who in ("admin", "viewer", "admin cookie"):
+            assert got[who] == {**dict.fromkeys(files[:5], 200), "no-such-file": 404, "../airflow.cfg": 404}, who
+        with urllib.request.urlopen(urllib.request.Request(base, headers={"Authorization": f"Bearer {viewer}"}),
+                                    timeout=10) as r:
+            page = r.read().decode()
+        assert f'href="{run_dir.name}/report/index.html"' in page and f'href="{batch_page}"' in page
+        # In a browser: log in on Airflow's login page, land on the reports, follow a link, open the
+        # UI's "kafkaproof reports" entry (the page in an iframe) and a task's extra link
+        with Chromium(tmp_path / "chromium") as browser:
+            assert "Not authenticated" in browser.goto(base, "document.body && document.body.innerText")
+            browser.goto(f"{root}/auth/login?next=/kafkaproof/", "!!document.querySelector('input[name=password]')")
+            browser.type_into("input[name=username]", "viewer")
+            passwords = json.loads((airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
+            browser.type_into("input[name=password]", passwords["viewer"])
+            browser.evaluate("document.querySelector('button[type=submit]').click()")
+            wait_for(lambda: browser.evaluate("location.pathname == '/kafkaproof/' && "
+                                              "document.body.innerText.includes('Latest runs')"), 60,
+                     "the reports' index after logging in")
+            browser.evaluate(f"document.querySelector('a[href=\"{run_dir.name}/report/index.html\"]').click()")
+            wait_for(lambda: browser.evaluate("!!document.querySelector('svg') && location.pathname"), 60,
+                     "the run report after following its link")
+            frame = ("(f => f && f.contentDocument && f.contentDocument.body && "
+                     "f.contentDocument.body.innerText)(document.querySelector('iframe[src*=\"/kafkaproof/\"]'))")
+            assert "Latest runs" in browser.goto(f"{root}/plugin/kafkaproof", frame, 120)
+            assert f"Batch {batch_id}" in browser.goto(f"{root}/kafkaproof/{batch_page}",
+                                                       "document.body && document.body.innerText")
     finally:
         stop_group(api, grace_s=30)
     log = log_path.read_text()
@@ -366,10 +474,12 @@ def test_the_plugin_serves_reports_in_the_airflow_ui_and_the_library_trips_no_pl
     assert plugin["global_operator_extra_links"]
     # the task instances' extra link: the DAG run's summary page, where `write_batch_report` puts it
     from types import SimpleNamespace
-    from kafkaproof import pipeline
     module = runpy.run_path(str(REPO / "plugins" / "kafkaproof_reports.py"))
-    key = SimpleNamespace(dag_id="kafka_reliability_nightly", task_id="gate", run_id="scheduled__2026-11-24T02:00:00+00:00")
-    url = module["BatchPageLink"]().get_link(None, ti_key=key)
-    page = Path(pipeline.write_batch_report([], f"{key.dag_id}/{key.run_id}", runs))
-    assert url == "/kafkaproof/" + page.relative_to(runs).as_posix()
+    key = SimpleNamespace(dag_id="kafka_reliability_nightly", task_id="gate", run_id=batch_id.split("/", 1)[1])
+    assert module["BatchPageLink"]().get_link(None, ti_key=key) == "/kafkaproof/" + batch_page
     assert module["BatchPageLink"]().get_link(None, ti_key=SimpleNamespace(dag_id="other", run_id="r")) == ""
+    # a user who may read only some of kafkaproof's DAGs sees only their batches (an auth manager with
+    # per-DAG permissions, e.g. FAB's, says which)
+    manual = Path(pipeline.write_batch_report([], "kafka_reliability_manual/manual__1", runs)).parent.name
+    index = module["batch_index"](runs, {"kafka_reliability_manual"})
+    assert f"batches/{manual}/" in index and batch_page not in index

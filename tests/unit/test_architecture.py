@@ -1,6 +1,6 @@
 """The house rules of the package: layers import only downward, no file mixes concerns past ~800 lines.
 
-Layers (docs/architecture.md): base (errors, paths, logs) → spec → proxy → cluster → faults → run →
+Layers (docs/architecture.md): base (errors, paths, logs, controlsock) → spec → proxy → cluster → faults → run →
 analysis, verdict → report → pipeline → cli. A module may import its own package and lower
 layers; never a higher one, never a sibling package of the same layer.
 """
@@ -16,8 +16,8 @@ from support import REPO
 pytestmark = pytest.mark.unit
 
 PACKAGE = REPO / "plugins" / "kafkaproof"
-RANK = {"errors": 0, "paths": 0, "logs": 0, "__init__": 0, "spec": 1, "proxy": 2, "cluster": 3, "faults": 4,
-        "run": 5, "analysis": 6, "verdict": 6, "report": 7, "pipeline": 8, "notify": 8, "cli": 9,
+RANK = {"errors": 0, "paths": 0, "logs": 0, "controlsock": 0, "__init__": 0, "spec": 1, "proxy": 2, "cluster": 3,
+        "faults": 4, "run": 5, "analysis": 6, "verdict": 6, "report": 7, "pipeline": 8, "notify": 8, "cli": 9,
         "__main__": 10}
 MAX_LINES = 800
 

@@ -6,7 +6,7 @@ A node of a cluster started with disk faults on (`ClusterConfig.disk`) keeps its
 next to it (`data.disk/`). Rules make it fail or slow down operations (Trogdor's Kibosh idea), and
 it remembers what was written since each file's last fsync so that a power loss can drop exactly
 that (Jepsen's lazyfs idea). This module is pure apart from `UnsyncedWrites.power_loss` (which
-rewrites backing files) and `DiskControl` (a socket); it never imports libfuse. docs/disk.md.
+rewrites backing files) and `DiskControl` (a socket, its owner's only: `controlsock`); it never imports libfuse. docs/disk.md.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import controlsock
 from ..errors import FaultError
 from ..spec.faults import DISK_ERRNOS, check_disk_params
 
@@ -32,8 +33,15 @@ BACKING_DIR = "data.disk"
 
 
 def control_address(mount: Path) -> str:
-    """The control socket of the diskfs on `mount`: in the abstract namespace (no path-length limit, and it
-    goes with its process), named after the mount point."""
+    """The control socket of the diskfs on `mount`: a path in the owner's private socket directory
+    (`controlsock.socket_dir`, mode 0700), named after the mount point."""
+    import hashlib
+    return str(controlsock.socket_path("diskfs-" + hashlib.sha1(str(Path(mount).resolve()).encode()).hexdigest()[:20]))
+
+
+def legacy_control_address(mount: Path) -> str:
+    """Where a diskfs of an older kafkaproof (abstract namespace, no permissions) listens: a cluster kept
+    across an upgrade is still healed through it."""
     import hashlib
     return "\0kafkaproof-diskfs-" + hashlib.sha1(str(Path(mount).resolve()).encode()).hexdigest()[:20]
 
@@ -199,15 +207,22 @@ class UnsyncedWrites:
 class DiskControl:
     """Client of the control socket of the diskfs mounted at `mount`."""
 
-    def __init__(self, mount: Path, timeout_s: float = 30.0):
+    def __init__(self, mount: Path, timeout_s: float = 30.0, address: str | None = None):
         self.path = Path(mount)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout_s)
+        address = address or control_address(self.path)
         try:
-            self.sock.connect(control_address(self.path))
+            if address.startswith("\0"):
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(timeout_s)
+                try:
+                    self.sock.connect(address)
+                except OSError:
+                    self.sock.close()
+                    raise
+            else:
+                self.sock = controlsock.connect_unix(address, timeout_s, f"the control socket of the disk at {mount}")
         except OSError as e:
-            self.sock.close()
-            raise FaultError(f"the disk mounted at {self.path} does not answer: {e}") from e
+            raise FaultError(f"the disk mounted at {self.path} does not answer on {address!r}: {e}") from e
         self.file = self.sock.makefile("rwb")
 
     def __enter__(self) -> "DiskControl":

@@ -2,8 +2,9 @@
 
 Every operation passes through to a backing directory; rules (`disk.DiskRule`) fail or slow
 operations, and `disk.UnsyncedWrites` remembers what was written since each file's last fsync so
-that `power_loss` drops exactly that. Control: a Unix socket in the abstract namespace
-(`disk.control_address`) taking one JSON request per line (`add_rule`, `remove_rule`, `rules`,
+that `power_loss` drops exactly that. Control: a Unix socket in its owner's private directory
+(`disk.control_address`, or `--control`; mode 0700, and a peer of another uid is refused by its
+credentials) taking one JSON request per line (`add_rule`, `remove_rule`, `rules`,
 `pending`, `power_loss`, `ping`). The process ends when its mount is unmounted or on SIGTERM
 (libfuse's handlers unmount first). docs/disk.md.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 import mfusepy
 
+from .. import controlsock
 from .disk import DiskRule, UnsyncedWrites, control_address, syncfs
 
 log = logging.getLogger("kafkaproof.diskfs")
@@ -216,11 +218,17 @@ class FaultFS(mfusepy.Operations):
         raise ValueError(f"unknown op {op!r}; allowed: ping, add_rule, remove_rule, rules, pending, power_loss")
 
 
-def serve_control(fs: FaultFS) -> socketserver.ThreadingUnixStreamServer:
-    """Serve the control socket (`disk.control_address`) in a daemon thread."""
+def serve_control(fs: FaultFS, path: str | None = None) -> socketserver.ThreadingUnixStreamServer:
+    """Serve the control socket (`path`, default `disk.control_address`) in a daemon thread, to this user only."""
 
     class Handler(socketserver.StreamRequestHandler):
         def handle(self) -> None:
+            refused = controlsock.peer_refusal(self.request)
+            if refused:
+                log.warning("control connection refused: %s", refused)
+                if self.rfile.readline():  # the request first: the caller then reads the reason, not a broken pipe
+                    self.wfile.write(json.dumps({"error": refused}).encode() + b"\n")
+                return
             for line in self.rfile:
                 try:
                     answer = {"result": fs.control(json.loads(line))}
@@ -229,7 +237,10 @@ def serve_control(fs: FaultFS) -> socketserver.ThreadingUnixStreamServer:
                 self.wfile.write(json.dumps(answer).encode() + b"\n")
                 self.wfile.flush()
 
-    server = socketserver.ThreadingUnixStreamServer(control_address(fs.mount), Handler)
+    path = path or control_address(fs.mount)
+    Path(path).unlink(missing_ok=True)
+    server = socketserver.ThreadingUnixStreamServer(path, Handler)
+    os.chmod(path, 0o600)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="diskfs-control", daemon=True).start()
     return server
@@ -239,11 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafkaproof.cluster.diskfs", description=__doc__.splitlines()[0])
     parser.add_argument("--backing", required=True, type=Path)
     parser.add_argument("--mount", required=True, type=Path)
+    parser.add_argument("--control", help="the control socket's path (default: disk.control_address of the mount)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s.%(msecs)03d %(levelname)-5s %(name)s: %(message)s",
                         datefmt="%Y-%m-%dT%H:%M:%S")
     fs = FaultFS(args.backing.resolve(), args.mount.resolve())
-    server = serve_control(fs)
+    server = serve_control(fs, args.control)
     log.info("diskfs: %s on %s", fs.backing, fs.mount)
     try:
         # Not `direct_io`: the JVM maps index files (MAP_SHARED), which needs the page cache.
@@ -251,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                      subtype="kafkaproof")
     finally:
         server.shutdown()
+        Path(server.server_address).unlink(missing_ok=True)
     log.info("diskfs: %s unmounted", fs.mount)
     return 0
 

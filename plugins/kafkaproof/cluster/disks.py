@@ -4,7 +4,7 @@ A cluster started with disk faults on (`ClusterConfig.disk`) mounts `diskfs.py` 
 `data/`, backed by `data.disk/` next to it (the directory the node was formatted in, so what the
 storage tool wrote counts as on disk). Each filesystem runs in the
 root namespace in its own session, like the brokers; its pid is in the state file
-(`nodes[].disk`), so a teardown unmounts it after a crash, and `down --all` lazily unmounts any
+(`nodes[].disk`, with its control socket, its owner's only), so a teardown unmounts it after a crash, and `down --all` lazily unmounts any
 kafkaproof FUSE mount a crash left under the state directory. See docs/disk.md.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import ClusterError, FaultError
 from . import process, state
-from .disk import BACKING_DIR, DiskControl, fuse_mounts_under, unmount
+from .disk import BACKING_DIR, DiskControl, control_address, fuse_mounts_under, legacy_control_address, unmount
 from .process import ProcessRef
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,9 @@ class DiskFleet:
             unmount(stale, lazy=True)
         mount.mkdir(parents=True, exist_ok=True)
         backing.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "kafkaproof.cluster.diskfs", "--backing", str(backing), "--mount", str(mount)]
+        control = control_address(mount)
+        cmd = [sys.executable, "-m", "kafkaproof.cluster.diskfs", "--backing", str(backing), "--mount", str(mount),
+               "--control", control]
         with open(self.node_dir(node_id) / "disk.log", "ab") as out:
             popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=self.node_dir(node_id), env=process.module_env(), start_new_session=True)
@@ -63,14 +65,14 @@ class DiskFleet:
         with state.update_state(self.name) as st:  # recorded before we wait: a crash now still unmounts it
             for n in st["nodes"]:
                 if n["id"] == node_id:
-                    n["disk"] = {"process": ref.to_json()}
+                    n["disk"] = {"process": ref.to_json(), "control": control}
         deadline = time.monotonic() + DISK_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if popen.poll() is not None:
                 break
             if fuse_mounts_under(mount):
-                with contextlib.suppress(FaultError), DiskControl(mount, timeout_s=2.0) as control:
-                    control.call("ping")
+                with contextlib.suppress(FaultError), DiskControl(mount, timeout_s=2.0, address=control) as client:
+                    client.call("ping")
                     log.info("disk of node %d mounted (pid %d): %s", node_id, popen.pid, mount)
                     return
             time.sleep(0.05)
@@ -103,7 +105,9 @@ class DiskFleet:
             raise FaultError(self.unsupported_reason("disk_error"))
         if self.disk_state(node_id) != "running":
             raise FaultError(f"the disk (diskfs) of node {node_id} is not running")
-        return DiskControl(self.disk_mount(node_id), timeout_s=30.0)
+        # A diskfs of an older kafkaproof recorded no socket: it listens in the abstract namespace.
+        address = self.node(node_id)["disk"].get("control") or legacy_control_address(self.disk_mount(node_id))
+        return DiskControl(self.disk_mount(node_id), timeout_s=30.0, address=address)
 
     def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
         """Cut the power of nodes at once: kill their JVMs, drop from their disks every write since the

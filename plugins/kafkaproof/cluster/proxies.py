@@ -1,8 +1,9 @@
 """The fault proxies of a cluster backend: one Kafka-aware proxy process per broker, on the client path.
 
 Each proxy runs in the root namespace in its own session (it outlives the process that
-started it, like the brokers); pid, start time, listen address and control port are in the
-state file (`nodes[].proxy`), so a teardown stops it after a crash. See docs/proxy.md.
+started it, like the brokers); pid, start time, listen address and control socket are in the
+state file (`nodes[].proxy`), so a teardown stops it after a crash. The control socket is its
+owner's only (`controlsock`: a 0700 directory, the peer's uid checked). See docs/proxy.md.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import logs
+from .. import controlsock, logs
 from ..errors import ClusterError, FaultError
 from . import process, state
 from .process import ProcessRef
@@ -64,7 +65,7 @@ class ProxyFleet:
         """Start (or restart) the fault proxy in front of one broker; no-op if it is running.
 
         The proxy runs in the root namespace in its own session (it outlives the
-        process that started it, like the JVMs); `down()` stops it. Its control port
+        process that started it, like the JVMs); `down()` stops it. Its control socket
         and pid are recorded in the state file once it printed its ready line.
         """
         node = self.node(node_id)
@@ -78,7 +79,7 @@ class ProxyFleet:
         ready_file = ndir / "proxy.ready.json"
         ready_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "kafkaproof.proxy", "--listen", f"{node_id}@{proxy['listen']}={proxy['upstream']}",
-               "--control", "127.0.0.1:0", "--events", str(self.proxy_events_path(node_id)), "--log-level", "INFO"]
+               "--control", f"unix:{controlsock.socket_path(f'{self.name}-proxy-{node_id}')}", "--events", str(self.proxy_events_path(node_id)), "--log-level", "INFO"]
         # Local brokers advertise their proxy themselves; in front of an existing cluster
         # the proxy rewrites metadata to point at itself and its peers (external.py).
         if not proxy.get("rewrite"):
@@ -121,6 +122,7 @@ class ProxyFleet:
         proxy = self.node(node_id).get("proxy")
         if proxy:
             process.terminate(ProcessRef.from_json(proxy["process"]), grace_s=5.0, reap=self._reap)
+            _remove_socket(proxy)
 
     def proxy_control(self, node_id: int):
         """A connected control client of a broker's proxy (close it after use)."""
@@ -134,7 +136,7 @@ class ProxyFleet:
         return ControlClient(proxy["control"], timeout=10.0)
 
     def check_proxies(self, timeout_s: float) -> None:
-        """Every proxy answers on its control port and metadata is readable through the proxies."""
+        """Every proxy answers on its control socket and metadata is readable through the proxies."""
         from confluent_kafka.admin import AdminClient
         for nid in self.proxy_ids():
             if self.node_state(nid) != "running":
@@ -161,3 +163,11 @@ class ProxyFleet:
         for node in self.state()["nodes"]:
             if node.get("proxy"):
                 process.terminate(ProcessRef.from_json(node["proxy"]["process"]), grace_s=grace_s, reap=self._reap)
+                _remove_socket(node["proxy"])
+
+
+def _remove_socket(proxy: dict) -> None:
+    """The control socket a killed proxy left (a stopped one removes its own)."""
+    path = controlsock.unix_path(proxy.get("control") or "")
+    if path:
+        Path(path).unlink(missing_ok=True)

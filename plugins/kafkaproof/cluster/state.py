@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import ClusterNotRunning
+from ..errors import ClusterError, ClusterNotRunning
 from ..paths import state_dir, write_text_atomic
 from ..spec.cluster import check_cluster_name
 
@@ -38,7 +38,11 @@ def load_state(name: str) -> dict[str, Any]:
     path = state_path(name)
     if not path.exists():
         raise ClusterNotRunning(f"no cluster named {name!r} is running (no {path}); start one with `kafkaproof cluster up`")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except PermissionError as e:
+        raise ClusterError(f"cluster {name!r} is another user's: its state file {path} and fault controls are "
+                           f"its owner's only; run this as that user ({e.strerror})") from e
 
 
 def save_state(name: str, state: dict[str, Any]) -> None:

@@ -12,8 +12,10 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Sequence
 
+from .. import controlsock
 from .control import ControlServer
 from .errors import ProxyError
 from .protocol import api_key_of
@@ -26,11 +28,15 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line interface."""
     p = argparse.ArgumentParser(
         prog="python -m kafkaproof.proxy",
-        description="Kafka-aware fault proxy: one listener per broker, rules driven over a JSON control port.")
+        description="Kafka-aware fault proxy: one listener per broker, rules driven over a JSON control channel.")
     p.add_argument("--listen", action="append", required=True, metavar="[NODE_ID@]HOST:PORT=UPSTREAM_HOST:PORT",
                    help="a listener in front of one broker (repeat per broker); port 0 picks a free port")
-    p.add_argument("--control", default="127.0.0.1:0", metavar="HOST:PORT",
-                   help="control port address (default 127.0.0.1:0, reported in the ready line)")
+    p.add_argument("--control", metavar="unix:PATH|HOST:PORT",
+                   help="the control channel (reported in the ready line): a Unix socket only this user may use "
+                        "(default: unix:<state dir>/sockets/proxy-<pid>.sock), or, asked for explicitly, a TCP "
+                        "port, which needs --control-token-file")
+    p.add_argument("--control-token-file", metavar="FILE",
+                   help="a TCP control port's secret token (a 0600 file): every request must carry it")
     p.add_argument("--events", metavar="FILE", help="append events as JSON lines to FILE")
     p.add_argument("--advertise-host", help="host written into rewritten broker addresses "
                                             "(default: the listen host, 127.0.0.1 for a wildcard)")
@@ -78,8 +84,9 @@ async def serve(args: argparse.Namespace) -> None:
     proxy = FaultProxy([Route.parse(text) for text in args.listen], events=args.events,
                        rewrite=not args.no_rewrite, advertise_host=args.advertise_host,
                        version_caps=_caps(args.max_version), seed=args.seed, peers=_peers(args.peer))
-    host, port = parse_hostport(args.control)
-    control = ControlServer(proxy, host, port)
+    control = ControlServer(proxy, args.control or controlsock.UNIX_PREFIX + str(
+        controlsock.socket_path(f"proxy-{os.getpid()}")),
+        token=controlsock.read_token(Path(args.control_token_file)) if args.control_token_file else None)
     await proxy.start()
     try:
         for text in args.rule:
@@ -129,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
     try:
         runner(serve(args))
-    except (ProxyError, json.JSONDecodeError) as exc:
+    except (ProxyError, controlsock.ControlRefused, json.JSONDecodeError, OSError) as exc:
         log.error("%s", exc)
         return 2
     return 0

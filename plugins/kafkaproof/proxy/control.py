@@ -14,6 +14,10 @@ clear          -                        ``removed`` (int)
 rules          -                        ``rules`` (list)
 stats          -                        ``stats`` (object)
 =============  =======================  ===============================================
+
+The channel is its owner's only (``kafkaproof.controlsock``): a Unix socket (``unix:PATH``, in a
+0700 directory) whose server answers a peer of another uid (``SO_PEERCRED``) with a refusal, or, only
+when asked for explicitly, a TCP port where every request carries the channel's secret ``token``.
 """
 from __future__ import annotations
 
@@ -22,10 +26,12 @@ import json
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
+from .. import controlsock
 from .errors import ControlError, ProxyError
-from .server import FaultProxy, format_hostport
+from .server import FaultProxy, format_hostport, parse_hostport
 
 log = logging.getLogger("kafkaproof.proxy.control")
 
@@ -62,30 +68,66 @@ def handle_command(proxy: FaultProxy, request: Any) -> dict[str, Any]:
 
 
 class ControlServer:
-    """Serves the control protocol for one :class:`FaultProxy` on a TCP address."""
+    """Serves the control protocol for one :class:`FaultProxy`: on a Unix socket (``unix:PATH``) for this
+    process's user only, or on a TCP ``host:port`` where every request must carry ``token``."""
 
-    def __init__(self, proxy: FaultProxy, host: str, port: int) -> None:
+    def __init__(self, proxy: FaultProxy, address: str, token: str | None = None) -> None:
         self.proxy = proxy
-        self.host, self.port = host, port
+        self.path = controlsock.unix_path(address)
+        self.token = token
+        if self.path is None:
+            self.host, self.port = parse_hostport(address)
+            if not token:
+                raise ProxyError(f"a TCP control port ({address}) needs a secret token (--control-token-file); "
+                                 f"without one, control the proxy through a Unix socket (--control unix:PATH)")
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
-        """Bind (port 0 picks a free port, see :attr:`address`)."""
+        """Bind (a TCP port 0 picks a free port, see :attr:`address`); a Unix socket is made 0600."""
+        if self.path is not None:
+            Path(self.path).unlink(missing_ok=True)
+            self._server = await asyncio.start_unix_server(self._serve, self.path, limit=MAX_LINE)
+            os.chmod(self.path, 0o600)
+            return
         self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_LINE)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
     @property
     def address(self) -> str:
-        """Bound ``host:port``."""
+        """``unix:PATH`` or the bound ``host:port``."""
+        if self.path is not None:
+            return controlsock.UNIX_PREFIX + self.path
         return format_hostport(self.host, self.port)
 
     async def stop(self) -> None:
-        """Stop accepting control connections."""
+        """Stop accepting control connections (and remove the socket file)."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        if self.path is not None:
+            Path(self.path).unlink(missing_ok=True)
+
+    def _refusal(self, writer: asyncio.StreamWriter) -> str | None:
+        """Why this connection may not command the proxy (None: it may)."""
+        if self.path is None:
+            return None
+        sock = writer.get_extra_info("socket")
+        try:
+            return controlsock.peer_refusal(sock)
+        except (OSError, AttributeError) as exc:
+            return f"cannot tell who is connecting ({exc}); refused"
+
+    def _answer(self, request: Any) -> dict[str, Any]:
+        if self.token is not None and not (isinstance(request, dict)
+                                           and controlsock.token_matches(request.get("token"), self.token)):
+            return {"ok": False, "error": "this TCP control port needs its cluster's secret token "
+                                          "(the `token` field, from the 0600 token file)"}
+        return handle_command(self.proxy, request)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        refused = self._refusal(writer)
+        if refused:
+            log.warning("control connection refused: %s", refused)
         try:
             while True:
                 try:
@@ -97,12 +139,16 @@ class ControlServer:
                     break
                 if not line.strip():
                     continue
+                if refused:  # read before answering, so the caller gets the reason rather than a broken pipe
+                    writer.write(json.dumps({"ok": False, "error": refused}).encode() + b"\n")
+                    await writer.drain()
+                    break
                 try:
                     request = json.loads(line)
                 except json.JSONDecodeError as exc:
                     reply: dict[str, Any] = {"ok": False, "error": f"invalid JSON: {exc}"}
                 else:
-                    reply = handle_command(self.proxy, request)
+                    reply = self._answer(request)
                 writer.write(json.dumps(reply, default=str).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -112,23 +158,29 @@ class ControlServer:
 
 
 class ControlClient:
-    """Blocking client of the control protocol (one connection, one request at a time)."""
+    """Blocking client of the control protocol (one connection, one request at a time): ``unix:PATH``, or a
+    TCP ``host:port`` with its ``token``."""
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
-        from .server import parse_hostport
-
-        host, port = parse_hostport(address)
+    def __init__(self, address: str, timeout: float = 10.0, token: str | None = None) -> None:
+        path = controlsock.unix_path(address)
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            if path is not None:
+                self._sock = controlsock.connect_unix(path, timeout, "the proxy control socket")
+            else:
+                self._sock = socket.create_connection(parse_hostport(address), timeout=timeout)
+        except controlsock.ControlRefused as exc:
+            raise ControlError(str(exc)) from exc
         except OSError as exc:
             raise ControlError(f"cannot reach proxy control port {address}: {exc}") from exc
         self._file = self._sock.makefile("rwb")
         self.address = address
+        self.token = token
 
     def call(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request; returns the reply, raising :class:`ControlError` if it is not ok."""
         try:
-            self._file.write(json.dumps({"op": op, **fields}).encode() + b"\n")
+            request = {"op": op, **fields, **({"token": self.token} if self.token else {})}
+            self._file.write(json.dumps(request).encode() + b"\n")
             self._file.flush()
             line = self._file.readline()
         except OSError as exc:

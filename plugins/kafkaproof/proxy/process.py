@@ -1,16 +1,19 @@
-"""Run the fault proxy as a subprocess and drive it through its control port."""
+"""Run the fault proxy as a subprocess and drive it through its control channel."""
 from __future__ import annotations
 
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any, Sequence
 
+from ..controlsock import read_token
 from .control import ControlClient
 from .errors import ControlError, ProxyError
 from .server import Route, format_hostport
@@ -26,17 +29,29 @@ class ProxyProcess:
     ...     producer = Producer({"bootstrap.servers": proxy.bootstrap})
 
     ``routes`` are :class:`Route` objects or ``[NODE_ID@]HOST:PORT=UPSTREAM_HOST:PORT``
-    strings. ``log_file`` receives the proxy's stderr (default: inherited).
+    strings. ``log_file`` receives the proxy's stderr (default: inherited). The control channel is a
+    Unix socket in a private (0700) temporary directory unless ``control`` names another; a TCP
+    ``control`` (``HOST:PORT``) needs ``control_token_file``, a 0600 file of the secret token
+    (``kafkaproof.controlsock.write_token``).
     """
 
     def __init__(self, routes: Sequence[Route | str], *, events: str | os.PathLike[str] | None = None,
-                 control: str = "127.0.0.1:0", rewrite: bool = True, advertise_host: str | None = None,
+                 control: str | None = None, control_token_file: str | os.PathLike[str] | None = None,
+                 rewrite: bool = True, advertise_host: str | None = None,
                  max_versions: dict[str, int] | None = None, rules: Sequence[dict[str, Any]] = (),
                  seed: int | None = None, log_file: str | os.PathLike[str] | None = None,
                  log_level: str = "INFO", python: str = sys.executable, startup_timeout: float = 15.0,
                  stop_timeout: float = 10.0) -> None:
+        self._control_dir: str | None = None
+        if control is None:
+            self._control_dir = tempfile.mkdtemp(prefix="kafkaproof-proxy-")  # mode 0700
+            control = f"unix:{self._control_dir}/control.sock"
         self.args = [python, "-m", "kafkaproof.proxy", "--control", control, "--log-level", log_level,
                      "--exit-with-parent"]
+        self.token: str | None = None
+        if control_token_file is not None:
+            self.args += ["--control-token-file", str(control_token_file)]
+            self.token = read_token(Path(control_token_file))
         for route in routes:
             self.args += ["--listen", _route_text(route)]
         if events is not None:
@@ -63,6 +78,8 @@ class ProxyProcess:
 
     def start(self) -> ProxyProcess:
         """Spawn the proxy and wait for its ready line; raises :class:`ProxyError` on failure."""
+        if self._control_dir is not None:
+            os.makedirs(self._control_dir, mode=0o700, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PLUGINS_DIR, env.get("PYTHONPATH")) if p)
         stderr: Any = None
@@ -74,7 +91,7 @@ class ProxyProcess:
                                      stderr=stderr, env=env)
         try:
             self.ready = self._read_ready()
-            self._client = ControlClient(self.ready["control"])
+            self._client = ControlClient(self.ready["control"], token=self.token)
         except BaseException:
             self.stop()
             raise
@@ -128,6 +145,9 @@ class ProxyProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._control_dir is not None:
+            shutil.rmtree(self._control_dir, ignore_errors=True)
+            self._control_dir = None
         return code
 
     def __enter__(self) -> ProxyProcess:

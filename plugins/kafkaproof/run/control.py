@@ -9,10 +9,16 @@ heals timeline entry `i` when a request file asks for it, answering with an ackn
 injection, waits out the fault's `duration` and asks for the heal. Whatever happens to a
 task, the run heals every fault when its workload ends, and the cluster's teardown heals
 what a crashed run left. Files are written atomically (temporary file, then rename).
+
+The channel is its owner's only: `<state>/control` is a directory of mode 0700 (another user can
+neither read the start nor write a request), and the run obeys only request and ready files owned
+by its own uid (the file-system counterpart of a socket's `SO_PEERCRED`), refusing others with a
+logged reason.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
@@ -20,8 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import controlsock
 from ..errors import FaultError
 from ..paths import state_dir, write_text_atomic
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.02
 
@@ -34,7 +43,21 @@ def control_dir(name: str) -> Path:
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(doc, sort_keys=True))
+    try:
+        write_text_atomic(path, json.dumps(doc, sort_keys=True))
+    except PermissionError as e:
+        raise controlsock.ControlRefused(_not_owner(path, e)) from e
+
+
+def _not_owner(path: Path, error: OSError) -> str:
+    """The refusal of a run's control directory to a process of another user."""
+    top = state_dir() / "control"
+    try:
+        owner = controlsock.user_label(os.stat(top).st_uid)
+    except OSError:
+        owner = "the user that started the run"
+    return (f"the run control {path.parent} accepts only its owner {owner}; this process runs as "
+            f"{controlsock.user_label(os.geteuid())} ({error.strerror})")
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -42,6 +65,26 @@ def _read(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+    except PermissionError as e:
+        raise controlsock.ControlRefused(_not_owner(path, e)) from e
+
+
+def _owned(path: Path) -> bool:
+    """Whether a file exists and belongs to this process's user; a file of another user is refused (logged once)."""
+    try:
+        uid = os.stat(path).st_uid
+    except FileNotFoundError:
+        return False
+    reason = controlsock.refusal(uid, os.geteuid())
+    if reason is None:
+        return True
+    if path not in _REFUSED:
+        _REFUSED.add(path)
+        log.warning("ignoring %s: %s", path, reason.replace("connecting process runs", "file was written"))
+    return False
+
+
+_REFUSED: set[Path] = set()
 
 
 class RunControl:
@@ -53,9 +96,11 @@ class RunControl:
 
     # --- the run's side ------------------------------------------------------
     def reset(self) -> None:
-        """Start clean (a retried task must not see the marks of an earlier attempt)."""
+        """Start clean (a retried task must not see the marks of an earlier attempt), in the private (0700)
+        directory of run controls."""
+        controlsock.private_dir(self.dir.parent)
         shutil.rmtree(self.dir, ignore_errors=True)
-        self.dir.mkdir(parents=True)
+        self.dir.mkdir(mode=0o700)
 
     def remove(self) -> None:
         """Forget the run's control directory (the cluster's teardown)."""
@@ -65,7 +110,7 @@ class RunControl:
         """Until the fault task of every timeline entry in `indexes` is waiting for the start mark."""
         deadline = time.monotonic() + timeout_s
         while True:
-            missing = [i for i in indexes if not (self.dir / "ready" / f"{i}.json").exists()]
+            missing = [i for i in indexes if not _owned(self.dir / "ready" / f"{i}.json")]
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -83,13 +128,15 @@ class RunControl:
                                          "t0_wall": t0_wall, "faults": faults, "pid": os.getpid()})
 
     def requested(self, index: int, action: str) -> dict[str, Any] | None:
-        """A fault task's request to `inject` or `heal` timeline entry `index`, if it came."""
-        return _read(self.dir / "requests" / f"{index}-{action}.json")
+        """A fault task's request to `inject` or `heal` timeline entry `index`, if it came (from this user)."""
+        path = self.dir / "requests" / f"{index}-{action}.json"
+        return _read(path) if _owned(path) else None
 
     def task_gone(self, index: int) -> int | None:
         """The pid of entry `index`'s fault task if that process has ended (it was killed, or its
         worker died); None while it lives or where it cannot be seen (another host)."""
-        mark = _read(self.dir / "ready" / f"{index}.json")
+        path = self.dir / "ready" / f"{index}.json"
+        mark = _read(path) if _owned(path) else None
         if mark is None or mark.get("host") != socket.gethostname():
             return None
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -61,7 +62,13 @@ def test_a_disk_error_fails_writes_unless_told_otherwise_and_rules_match_paths()
         DiskRule.from_json({"id": "r", "action": "latency"})
     with pytest.raises(FaultError, match="colour: not a field"):
         DiskRule.from_json({"id": "r", "action": "error", "colour": "red"})
-    assert control_address(REPO / "a") != control_address(REPO / "b") and control_address(REPO).startswith("\0")
+
+
+def test_a_disks_control_socket_is_in_the_owners_private_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path / "state"))
+    a, b = control_address(REPO / "a"), control_address(REPO / "b")
+    assert a != b and Path(a).name.startswith("diskfs-") and a.endswith(".sock") and len(a.encode()) <= 107
+    assert (Path(a).parent.stat().st_mode & 0o777) == 0o700 and Path(a).parent.stat().st_uid == os.geteuid()
 
 
 def _write(track: UnsyncedWrites, root, rel: str, data: bytes, offset: int) -> None:

@@ -1112,10 +1112,10 @@ def test_events_file_has_clocks_and_context(tmp_path: Any, run: Any) -> None:
     run(scenario())
 
 
-def test_rule_ids_and_control_protocol(run: Any) -> None:
+def test_rule_ids_and_control_protocol(run: Any, tmp_path: Path) -> None:
     async def scenario() -> None:
         async with stack() as s:
-            control = ControlServer(s.proxy, "127.0.0.1", 0)
+            control = ControlServer(s.proxy, f"unix:{tmp_path}/control.sock")
             await control.start()
 
             def drive() -> dict[str, Any]:
@@ -1150,7 +1150,8 @@ def test_rule_ids_and_control_protocol(run: Any) -> None:
     run(scenario())
 
 
-def test_heal_counts_firings_of_a_proxy_that_removes_rules_without_counters(run: Any, monkeypatch: Any) -> None:
+def test_heal_counts_firings_of_a_proxy_that_removes_rules_without_counters(run: Any, monkeypatch: Any,
+                                                                          tmp_path: Path) -> None:
     """A proxy started by an older kafkaproof (a cluster kept running across an upgrade) answers
     remove_rule without the rule's counters; the heal still records its firings, not 0 (which
     would make the fault look as if it had no effect)."""
@@ -1174,7 +1175,7 @@ def test_heal_counts_firings_of_a_proxy_that_removes_rules_without_counters(run:
             for correlation_id in (1, 2, 3):
                 await client.send(produce_request(9, {"t": [0]}), correlation_id)
                 await client.recv_raw()
-            control = ControlServer(s.proxy, "127.0.0.1", 0)
+            control = ControlServer(s.proxy, f"unix:{tmp_path}/control.sock")
             await control.start()
             cluster = SimpleNamespace(proxy_control=lambda nid: ControlClient(control.address),
                                       proxy_state=lambda nid: "running")

@@ -422,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     stp.add_argument("--json", action="store_true")
     stp.set_defaults(func=cmd_cluster_status)
     dn = named(clsub.add_parser("down", help="heal faults, stop nodes, remove namespaces (also after a crash)"))
-    dn.add_argument("--all", action="store_true", help="every kafkaproof cluster on this host")
+    dn.add_argument("--all", action="store_true",
+                    help="every cluster and leftover of this state directory ($KAFKAPROOF_STATE)")
     dn.set_defaults(func=cmd_cluster_down)
 
     ik = sub.add_parser("install-kafka", help="install a Kafka distribution from Maven Central")

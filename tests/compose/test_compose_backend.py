@@ -14,7 +14,7 @@ import yaml
 from kafkaproof import pipeline
 from kafkaproof.cluster import attach, network, start_cluster, state
 from kafkaproof.cluster import docker_engine as de
-from kafkaproof.cluster.compose import ComposeCluster
+from kafkaproof.cluster.compose import ComposeCluster, compose_project
 from kafkaproof.cluster.local import free_slot
 from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
@@ -54,7 +54,7 @@ def compose_cluster(docker_ready, request):
     for name in names:
         if name in state.list_clusters():
             attach(name).down(keep_logs=False)
-        assert not any(de.labelled(name).values()), de.labelled(name)
+        assert not any(de.labelled(compose_project(name)).values()), de.labelled(compose_project(name))
 
 
 def isr(cluster, topic: str) -> list[int]:
@@ -147,7 +147,7 @@ def test_a_scenario_runs_on_a_compose_cluster_with_exact_counts(docker_ready, tm
     assert set(faults["kind"]) == {"kill"}
     assert "Kafka" in (result.run_dir / "logs" / "node-1.log").read_text(errors="replace")
     name = manifest["cluster"]["name"]
-    assert name not in state.list_clusters() and not any(de.labelled(name).values())
+    assert name not in state.list_clusters() and not any(de.labelled(compose_project(name)).values())
 
 
 class EngineOverTcp:
@@ -236,7 +236,7 @@ def test_a_users_compose_file_that_breaks_the_conventions_is_refused_before_anyt
     with pytest.raises(ClusterError, match=r"(?s)docker-compose.yml: not usable as a kafkaproof compose file.*"
                                            r"services.kafka2: missing \(node 2"):
         start_cluster(ClusterConfig(name=name, brokers=2, backend="compose", compose_file=str(own)))
-    assert name not in state.list_clusters() and not any(de.labelled(name).values())
+    assert name not in state.list_clusters() and not any(de.labelled(compose_project(name)).values())
 
 
 @pytest.mark.long
@@ -245,7 +245,7 @@ def test_catalog_rolling_upgrade_on_containers_loses_and_duplicates_nothing(dock
     result = ScenarioRun(scenario, RunOptions(out=tmp_path / "runs", messages=20000, backend="compose")).execute()
     assert result.status == "complete", result.error
     check_rolled_run(result.run_dir, [1, 2, 3], 20000)
-    assert not any(de.labelled(ledger.read_manifest(result.run_dir)["cluster"]["name"]).values())
+    assert not any(de.labelled(compose_project(ledger.read_manifest(result.run_dir)["cluster"]["name"])).values())
 
 
 @pytest.mark.long

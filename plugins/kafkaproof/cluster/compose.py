@@ -6,7 +6,9 @@ scenario's broker settings (apache/kafka environment names: `foo.bar` -> `KAFKA_
 gives the project its own /24 bridge subnet, image and KRaft cluster id, and runs
 `docker compose up -d`. Everything is recorded in a state file first, like the local
 backend's, so `kafkaproof cluster down --all` removes a crashed run's containers, network
-and volumes (and only those: everything carries the label `io.kafkaproof.cluster=<name>`).
+and volumes (and only those: everything carries the label `io.kafkaproof.cluster=<project>`,
+the project being `<name>-<state id>` (`compose_project`), so another state directory's cluster
+of the same name on the same engine is never touched).
 
 Faults: `kill`/`stop`/`pause`/`restart` are `docker kill`/`stop`/`pause`/`start`; network
 faults run nft/tc inside the container's network namespace, so `network.py` and the fault
@@ -40,12 +42,18 @@ from . import network, state
 from .base import StatefulCluster
 from .proxies import front_with_proxies
 from .external import free_ports
-from .local import free_slot
+from .local import claimed_slot
 
 log = logging.getLogger(__name__)
 
 CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT = 9092, 9093, 9094
 DATA_DIR = "/var/lib/kafka/data"
+
+
+def compose_project(cluster: str) -> str:
+    """The compose project (and label value, container name prefix) of cluster `cluster`: its name and the
+    state directory's id, so that two state directories' clusters of one name never share containers."""
+    return f"{cluster}-{state.state_id()}"
 
 
 def env_name(prop: str) -> str:
@@ -209,9 +217,9 @@ class ComposeCluster(StatefulCluster):
 
         The image: `image`, else the config's, else `$KAFKAPROOF_KAFKA_IMAGE` (pulled when the engine
         lacks it), else `kafkaproof/kafka:<kafka_version>` built locally. The subnet is the first slot's
-        that no cluster, namespace or route of this host uses (`free_slot`)."""
+        that no cluster of any state directory, namespace or route of this host uses (`claimed_slot`)."""
         config.validate()
-        project = de.check_cluster(config.name)
+        project = de.check_cluster(compose_project(config.name))
         if state.state_path(config.name).exists():
             raise ClusterError(f"a cluster named {config.name!r} is already up; `kafkaproof cluster down "
                                f"--name {config.name}` first")
@@ -226,8 +234,7 @@ class ComposeCluster(StatefulCluster):
             de.ensure_tools_image()
         t0 = time.monotonic()
         workdir = state.cluster_dir(config.name)
-        with state.locked(config.name):
-            slot = free_slot(network.namespaces_supported())
+        with state.locked(config.name), claimed_slot(config.name, network.namespaces_supported()) as slot:
             prefix = f"{COMPOSE_SUBNET_PREFIX}.{slot}"
             nodes = plan_nodes(config, project, prefix)
             if config.proxy:  # the rewriting proxies of an existing cluster, before the CLIENT listeners

@@ -28,13 +28,13 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
                             plan_nodes, render_properties, routed_slots, scram_format_args, shutdown_waves)
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
-from . import clock, network, process, procs, state
+from . import clock, network, process, procs, slots, state
 from .base import START_MARKER, StatefulCluster
 from .disks import DiskFleet, unmount_leftovers
 from .install import KafkaDistribution, ensure_kafka
@@ -45,9 +45,9 @@ from .security import provision_security, write_client_properties
 log = logging.getLogger(__name__)
 
 
-def free_slot(use_netns: bool) -> int:
-    """A cluster slot (namespace names kp<slot>n<id>, subnets) no cluster, leftover namespace or route of
-    this host uses (`routed_slots`)."""
+def used_slots(use_netns: bool) -> set[int]:
+    """The cluster slots (namespace names kp<slot>n<id>, subnets, loopback ports) a cluster of this state
+    directory, a leftover namespace or a route of this host uses (`routed_slots`)."""
     used = routed_slots(network.route_destinations())
     for name in state.list_clusters():
         try:
@@ -58,12 +58,27 @@ def free_slot(use_netns: bool) -> int:
         for ns in network.list_kafkaproof_namespaces():
             used.add(int(ns[2:ns.index("n", 2)]))
     for slot in range(1, MAX_SLOTS + 1):
+    return used
+
+
+def free_slot(use_netns: bool) -> int:
+    """A cluster slot nothing uses (`used_slots`) and no cluster of any state directory on this host claims
+    (`slots`), without claiming it."""
+    used = used_slots(use_netns) | slots.taken_slots()
         if slot not in used:
             return slot
     raise ClusterError("no free cluster slot: run `kafkaproof cluster down --all`")
 
 
 class LocalCluster(StatefulCluster, DiskFleet):
+@contextlib.contextmanager
+def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
+    """Claim a free slot for cluster `name` in the host's registry (`slots`), so that no cluster of another
+    state directory takes it; the caller writes the cluster's state file, naming the slot, inside the block."""
+    with slots.locked() as registry:
+        yield slots.claim(registry, state.state_path(name), name, range(1, MAX_SLOTS + 1), used_slots(use_netns))
+
+
     """A running local cluster. Use `LocalCluster.up(config)` as a context manager, or `backend.attach(name)`."""
 
     backend = "local"
@@ -110,8 +125,7 @@ class LocalCluster(StatefulCluster, DiskFleet):
         use_netns = _choose_network(config.network)
         dist = ensure_kafka(config.kafka_version)
         workdir = state.cluster_dir(config.name)
-        with state.locked(config.name):
-            slot = free_slot(use_netns)
+        with state.locked(config.name), claimed_slot(config.name, use_netns) as slot:
             nodes = plan_nodes(config, slot, use_netns)
             st = {"name": config.name, "slot": slot, "cluster_id": new_cluster_id(),
                   "network": "netns" if use_netns else "loopback", "kafka_version": dist.version,
@@ -388,7 +402,8 @@ def sweep(directory: Path) -> list[int]:
 
 def down_everything() -> list[str]:
     """Tear down every cluster with a state file, any stray kafkaproof namespaces, and every process a
-    crashed run or analysis left (its workers, its Spark driver)."""
+    crashed run or analysis left (its workers, its Spark driver): all of this state directory's. The
+    clusters and namespaces of another state directory on this host (its slots' claims, `slots`) stay."""
     from .backend import attach
     procs.stop_all()
     names = state.list_clusters()
@@ -402,3 +417,5 @@ def down_everything() -> list[str]:
             slot, node_id = slot_node.split("n")
             network.destroy_link(plan_link(int(slot), 0, int(node_id)))
     return names
+            if slots.claimed_by_others(int(slot), state.state_dir()):
+                continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -15,7 +16,14 @@ from typing import Any, Iterator
 from ..errors import ClusterError, ClusterNotRunning
 from ..paths import state_dir, write_text_atomic
 from ..spec.cluster import check_cluster_name
+from . import slots
 
+
+
+def state_id() -> str:
+    """A short id of this state directory (its resolved path's hash): what names this state's resources
+    that live beyond it, on the host or its Docker engine (compose projects), apart from another's."""
+    return hashlib.sha1(str(state_dir().resolve()).encode()).hexdigest()[:8]
 
 
 def cluster_dir(name: str) -> Path:
@@ -52,8 +60,16 @@ def save_state(name: str, state: dict[str, Any]) -> None:
 
 
 def remove_state(name: str) -> None:
+    """Forget a cluster that is down: its state file, and its claim of a host-wide slot (`slots`)."""
+    path = state_path(name)
+    try:
+        slot = json.loads(path.read_text()).get("slot")
+    except (FileNotFoundError, ValueError):
+        slot = None
     with contextlib.suppress(FileNotFoundError):
-        state_path(name).unlink()
+        path.unlink()
+    if slot:
+        slots.release(slot, path)
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
+from ..paths import write_text_atomic
 from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
                             plan_nodes, render_properties, routed_slots, scram_format_args, shutdown_waves)
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
@@ -57,7 +58,6 @@ def used_slots(use_netns: bool) -> set[int]:
     if use_netns:
         for ns in network.list_kafkaproof_namespaces():
             used.add(int(ns[2:ns.index("n", 2)]))
-    for slot in range(1, MAX_SLOTS + 1):
     return used
 
 
@@ -65,12 +65,12 @@ def free_slot(use_netns: bool) -> int:
     """A cluster slot nothing uses (`used_slots`) and no cluster of any state directory on this host claims
     (`slots`), without claiming it."""
     used = used_slots(use_netns) | slots.taken_slots()
+    for slot in range(1, MAX_SLOTS + 1):
         if slot not in used:
             return slot
     raise ClusterError("no free cluster slot: run `kafkaproof cluster down --all`")
 
 
-class LocalCluster(StatefulCluster, DiskFleet):
 @contextlib.contextmanager
 def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
     """Claim a free slot for cluster `name` in the host's registry (`slots`), so that no cluster of another
@@ -79,6 +79,7 @@ def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
         yield slots.claim(registry, state.state_path(name), name, range(1, MAX_SLOTS + 1), used_slots(use_netns))
 
 
+class LocalCluster(StatefulCluster, DiskFleet):
     """A running local cluster. Use `LocalCluster.up(config)` as a context manager, or `backend.attach(name)`."""
 
     backend = "local"
@@ -165,7 +166,7 @@ def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
                 shutil.rmtree(ndir)
             (ndir / "data").mkdir(parents=True)
             props = node_properties(config, node, st["nodes"], ndir, self.dist.major, st.get("security"))
-            (ndir / "server.properties").write_text(render_properties(props))
+            write_text_atomic(ndir / "server.properties", render_properties(props), private=True)
         extra = scram_format_args(st.get("security"))
         with ThreadPoolExecutor(max_workers=len(st["nodes"])) as pool:  # each format is a JVM start
             list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"], extra), st["nodes"]))
@@ -181,11 +182,20 @@ def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
             self.start_node(node["id"])
 
     def _format(self, ndir: Path, cluster_id: str, extra: Sequence[str] = ()) -> None:
-        cmd = self.dist.java_command("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                     "-c", str(ndir / "server.properties"), "--ignore-formatted", *extra, heap="128m",
-                                     jvm_opts=JIT_MODES["quick"])
-        # The pool threads outlive the format; a crash of this process kills it at once.
-        proc = subprocess.run(process.die_with_parent(cmd), capture_output=True, text=True)
+        main = "kafka.tools.StorageTool"
+        cmd = self.dist.java_command(main, "format", "-t", cluster_id, "-c", str(ndir / "server.properties"),
+                                     "--ignore-formatted", *extra, heap="128m", jvm_opts=JIT_MODES["quick"])
+        # The SCRAM users' passwords (`extra`) must not show in the process list (/proc/<pid>/cmdline, readable
+        # by every user): the tool's class and arguments go in an owner-only argument file the JVM reads.
+        split = cmd.index(main)
+        argfile = ndir / "format.args"
+        write_text_atomic(argfile, java_argfile(cmd[split:]), private=True)
+        try:
+            # The pool threads outlive the format; a crash of this process kills it at once.
+            proc = subprocess.run(process.die_with_parent([*cmd[:split], f"@{argfile}"]), capture_output=True,
+                                  text=True)
+        finally:
+            argfile.unlink(missing_ok=True)
         if proc.returncode != 0:
             raise ClusterError(f"formatting {ndir} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
@@ -290,7 +300,7 @@ def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
         config = ClusterConfig.from_layout(self.name, st["config"], version)
         props = node_properties(config, node, st["nodes"], self.node_dir(node_id), dist.major, st.get("security"))
         props.update(settings)
-        (self.node_dir(node_id) / "server.properties").write_text(render_properties(props))
+        write_text_atomic(self.node_dir(node_id) / "server.properties", render_properties(props), private=True)
         self._record_node_change(node_id, version, settings, kafka_libs=str(dist.libs), kafka_source=dist.source)
         self.start_node(node_id)
 
@@ -381,6 +391,12 @@ def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
                 log.error("last lines of node %d's log:\n%s", nid, "\n".join(tail))
 
 
+def java_argfile(args: Sequence[str]) -> str:
+    """Pure: a `java @file` argument file holding `args`, one quoted argument a line (the launcher reads
+    backslash escapes inside quotes)."""
+    return "".join('"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"\n' for a in args)
+
+
 def _choose_network(mode: str) -> bool:
     can = network.namespaces_supported()
     if mode == "netns" and not can:
@@ -415,7 +431,7 @@ def down_everything() -> list[str]:
         for ns in network.list_kafkaproof_namespaces():
             slot_node = ns[2:]
             slot, node_id = slot_node.split("n")
-            network.destroy_link(plan_link(int(slot), 0, int(node_id)))
-    return names
             if slots.claimed_by_others(int(slot), state.state_dir()):
                 continue
+            network.destroy_link(plan_link(int(slot), 0, int(node_id)))
+    return names

@@ -11,16 +11,17 @@ the gate (or the version comparison).
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, get_current_context, setup, task, task_group, teardown
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from kafkaproof import pipeline
 from kafkaproof.analysis import application_path, spark_conf
 from kafkaproof.errors import KafkaproofError, ScenarioError
 from kafkaproof.notify import WebhookNotifier
+from kafkaproof.schedule import NoMissedRunsTimetable
 from kafkaproof.spec.clients import CLIENTS
 from kafkaproof.spec.cluster import CLUSTER_BACKENDS
 from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
@@ -35,6 +36,12 @@ NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
 # Soak runs (hours of load and random faults, scenarios tagged `soak`): weekly, Saturday morning.
 SOAK_SUITE = os.environ.get("KAFKAPROOF_SOAK_SUITE", "soak")
 SOAK_SCHEDULE = os.environ.get("KAFKAPROOF_SOAK_SCHEDULE", "0 4 * * 6")
+# Starting Airflow starts no pipeline: a time missed while it was down is skipped (NoMissedRunsTimetable),
+# unless KAFKAPROOF_RUN_MISSED=true (then the latest missed time runs at start-up, as Airflow's cron
+# schedules do); the soak DAG is paused until someone unpauses it (KAFKAPROOF_SOAK_PAUSED=false: not).
+RUN_MISSED = os.environ.get("KAFKAPROOF_RUN_MISSED", "false").lower() in ("1", "true", "yes")
+SOAK_PAUSED = os.environ.get("KAFKAPROOF_SOAK_PAUSED", "true").lower() not in ("0", "false", "no")
+BUSY_RETRY_S = 15  # a cluster task finding another pipeline's live cluster frees the pool and comes back
 SPARK_CONN = os.environ.get("KAFKAPROOF_SPARK_CONN", "spark_default")
 # Scenarios asking for the same cluster share one, checked clean before each reuse (`pipeline.provision`).
 REUSE_CLUSTERS = os.environ.get("KAFKAPROOF_REUSE_CLUSTERS", "true").lower() not in ("0", "false", "no")
@@ -98,6 +105,28 @@ def existing_cluster(params) -> tuple[str | None, dict | None]:
         raise AirflowFailException(str(e)) from None
 
 
+def scheduled(cron: str):
+    """A DAG's schedule: the cron expression, missed times skipped unless RUN_MISSED."""
+    return cron if RUN_MISSED else NoMissedRunsTimetable(cron, timezone="UTC")
+
+
+def dagrun_state(owner) -> str | None:
+    """The state of a pipeline cluster owner's DAG run in Airflow's metadata database (through the task's
+    Execution API), None when Airflow does not know it."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+    try:
+        return RuntimeTaskInstance.get_dagrun_state(owner["dag_id"], owner["run_id"])
+    except Exception:  # an error response for a run this metadata database lacks
+        return None
+
+
+def host_busy(e: pipeline.HostBusy) -> AirflowRescheduleException:
+    """Come back in BUSY_RETRY_S: another pipeline's cluster runs (its next task needs the pool's slot this
+    task would hold while waiting)."""
+    print(f"{e}; trying again in {BUSY_RETRY_S}s")
+    return AirflowRescheduleException(datetime.now(timezone.utc) + timedelta(seconds=BUSY_RETRY_S))
+
+
 def _group_id(name: str) -> str:
     return name.replace("-", "_")
 
@@ -135,8 +164,12 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
             reuse = bool(params.get("reuse_clusters"))
             name = (pipeline.shared_cluster_name(_batch_id(), resolved) if reuse
                     else pipeline.cluster_name_for(_batch_id(), gid))
-            return {**pipeline.provision(resolved, name, reuse=reuse), "scenario": resolved.to_json(),
-                    "control": control, "reuse": reuse}
+            try:
+                cluster = pipeline.provision(resolved, name, reuse=reuse, owner=pipeline.pipeline_owner(_batch_id()),
+                                             dagrun_state=dagrun_state, wait=False)
+            except pipeline.HostBusy as e:
+                raise host_busy(e) from None
+            return {**cluster, "scenario": resolved.to_json(), "control": control, "reuse": reuse}
 
         # A run bounds itself (its timeout_s); the task outlives that bound a little, for heal, drain and assembly.
         @task(pool=POOL, execution_timeout=max(DEFAULT_ARGS["execution_timeout"],
@@ -271,8 +304,8 @@ SUITE_PARAMS = {"messages": Param(None, type=["null", "integer"], minimum=1, des
                 "kafka_conn_id": KAFKA_CONN_PARAM}
 
 
-@dag(dag_id="kafka_reliability_nightly", schedule=NIGHTLY_SCHEDULE, start_date=datetime(2026, 1, 1), catchup=False,
-     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+@dag(dag_id="kafka_reliability_nightly", schedule=scheduled(NIGHTLY_SCHEDULE), start_date=datetime(2026, 1, 1),
+     catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
      doc_md=f"Runs the `{NIGHTLY_SUITE}` suite of `scenarios/` every night and fails on any violated guarantee, "
             "undetected negative control or regression against history.",
      params={**SUITE_PARAMS,
@@ -285,8 +318,9 @@ def kafka_reliability_nightly():
     suite_tasks(NIGHTLY_SUITE)
 
 
-@dag(dag_id="kafka_reliability_soak", schedule=SOAK_SCHEDULE, start_date=datetime(2026, 1, 1), catchup=False,
-     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+@dag(dag_id="kafka_reliability_soak", schedule=scheduled(SOAK_SCHEDULE), start_date=datetime(2026, 1, 1),
+     catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+     is_paused_upon_creation=SOAK_PAUSED,
      doc_md=f"Runs the `{SOAK_SUITE}` suite of `scenarios/` weekly: hours of load under a random fault rotation, "
             "bounded in time and disk (`kafkaproof stop RUN_DIR` ends a run early and judges what was sent); "
             "fails like the nightly DAG.",
@@ -330,11 +364,15 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
     params = ctx["params"]
     use_docker_engine(params)
     bootstrap, connection = existing_cluster(params)
-    return _report_run(pipeline.run_scenario(
-        scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
-        messages=None if upgrade_to else params.get("messages"), bootstrap=bootstrap, label=label,
-        brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client, upgrade_to=upgrade_to,
-        client_config=connection))
+    try:
+        run = pipeline.run_scenario(
+            scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
+            messages=None if upgrade_to else params.get("messages"), bootstrap=bootstrap, label=label,
+            brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client,
+            upgrade_to=upgrade_to, client_config=connection, dagrun_state=dagrun_state, wait=False)
+    except pipeline.HostBusy as e:
+        raise host_busy(e) from None
+    return _report_run(run)
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,

@@ -3,8 +3,8 @@
 The api-server mounts `reports_app` at /kafkaproof (the runs directory, `$KAFKAPROOF_RUNS`, as
 static files, and an index of the batches newest first); the UI gets a "kafkaproof reports"
 entry that opens it, and every task of kafkaproof's DAGs an extra link "kafkaproof reports" to its
-DAG run's summary page. The library itself (plugins/kafkaproof/) is a package, kept out of Airflow's
-plugin scan by plugins/.airflowignore.
+DAG run's summary page; it also registers the scheduled DAGs' timetable. The library itself
+(plugins/kafkaproof/) is a package, kept out of Airflow's plugin scan by plugins/.airflowignore.
 
 Airflow does not authenticate a plugin's FastAPI app: every route here does it itself, as Airflow's
 core API does (`airflow.api_fastapi.core_api.security`: the auth manager's JWT from the
@@ -28,6 +28,7 @@ from fastapi.staticfiles import StaticFiles
 
 from kafkaproof.paths import runs_dir
 from kafkaproof.report.batch_page import safe_batch_id
+from kafkaproof.schedule import NoMissedRunsTimetable
 
 URL_PREFIX = "/kafkaproof"
 KAFKAPROOF_DAGS = ("kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check",
@@ -146,3 +147,4 @@ class KafkaproofReportsPlugin(AirflowPlugin):
     external_views = [{"name": "kafkaproof reports", "href": f"{URL_PREFIX}/", "destination": "nav",
                        "url_route": "kafkaproof", "category": "browse"}]
     global_operator_extra_links = [BatchPageLink()]
+    timetables = [NoMissedRunsTimetable]  # the scheduled DAGs' (kafkaproof.schedule)

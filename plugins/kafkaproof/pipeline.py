@@ -8,16 +8,18 @@ travels through XCom as `Scenario.to_json()`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
+import socket
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .cluster import attach, start_cluster, state
 from .errors import ClusterError, KafkaproofError, ScenarioError
@@ -105,18 +107,133 @@ def cluster_name_for(batch_id: str, scenario: str) -> str:
     return f"{AIRFLOW_CLUSTER_PREFIX}{digest}"
 
 
-def wait_for_exclusive_host(own: str, timeout_s: float = 1800) -> None:
-    """Wait until no other pipeline cluster runs on this host (two clusters would starve each other)."""
+class HostBusy(ClusterError):
+    """Another pipeline's cluster runs on this host and its owner is alive: try again later (a DAG task
+    reschedules itself, freeing the cluster pool's slot the other pipeline needs to go on)."""
+
+    def __init__(self, others: list[str]):
+        super().__init__(f"other pipeline clusters are running on this host: {', '.join(others)}")
+        self.others = others
+
+
+# The state of an owner's DAG run in Airflow's metadata database ("running", "failed", ...), None when
+# unknown; the DAGs pass one that asks Airflow (`RuntimeTaskInstance.get_dagrun_state`).
+DagRunState = Callable[[Mapping[str, Any]], "str | None"]
+LIVE_DAGRUN_STATES = ("queued", "running")
+FOREIGN_OWNER_STALE_S = 600.0  # another Airflow's cluster: gone when its last task died this long ago
+
+
+def _process_start(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot; with the pid, it names the process), None if none."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pipeline_owner(batch_id: str) -> dict[str, Any]:
+    """Who owns a pipeline cluster: the DAG run (`dag_id/run_id`), the Airflow (its home, whose metadata
+    database knows the run), and the task process that uses the cluster now."""
+    dag_id, _, run_id = batch_id.partition("/")
+    pid = os.getpid()
+    return {"batch": batch_id, "dag_id": dag_id, "run_id": run_id, "airflow_home": os.environ.get("AIRFLOW_HOME"),
+            "host": socket.gethostname(), "pid": pid, "pid_start": _process_start(pid), "at": time.time()}
+
+
+def owner_gone(name: str, dagrun_state: DagRunState | None = None, own_batch: str | None = None) -> str | None:
+    """Why the owner of pipeline cluster `name` no longer uses it, or None while it may.
+
+    A cluster of `own_batch` (the asking DAG run, whose scenarios run one after another) was left by
+    an earlier scenario whose teardown did not run. The owner's DAG run, asked of Airflow's metadata
+    database when it is this Airflow's: not queued or
+    running (Airflow stopped mid-night and the run failed, or was marked failed), or unknown there. A
+    cluster of another Airflow on this host (another home) is gone when the task process that used it
+    last is dead and its state has not changed for `FOREIGN_OWNER_STALE_S`. A cluster without an
+    owner (an older kafkaproof's) is waited for, as before.
+    """
+    try:
+        st = state.load_state(name)
+        mtime = state.state_path(name).stat().st_mtime
+    except (ClusterError, OSError, ValueError):
+        return None  # gone already, or being written: look again later
+    owner = st.get("owner")
+    if not owner:
+        return None
+    if own_batch and owner.get("batch") == own_batch:
+        return "an earlier scenario of this DAG run left it"
+    if dagrun_state is not None and owner.get("airflow_home") == os.environ.get("AIRFLOW_HOME"):
+        run_state = dagrun_state(owner)
+        if run_state in LIVE_DAGRUN_STATES:
+            return None
+        return (f"its DAG run {owner['batch']} is {run_state}" if run_state
+                else f"its DAG run {owner['batch']} is not in this Airflow's metadata database")
+    pid = owner.get("pid")
+    if pid and _process_start(pid) is not None and _process_start(pid) == owner.get("pid_start"):
+        return None
+    if time.time() - mtime < FOREIGN_OWNER_STALE_S:
+        return None
+    return (f"the task process that used it last (pid {pid}, DAG run {owner.get('batch')}) is gone and nothing "
+            f"touched it for {(time.time() - mtime) / 60:.0f} min")
+
+
+def touch_owner(name: str) -> None:
+    """Record this process as the task that uses pipeline cluster `name` now (its owner's `pid`)."""
+    with contextlib.suppress(ClusterError, OSError, ValueError), state.update_state(name) as st:
+        if st.get("owner"):
+            pid = os.getpid()
+            st["owner"] = {**st["owner"], "pid": pid, "pid_start": _process_start(pid), "at": time.time()}
+
+
+def reclaim(name: str, why: str) -> dict[str, Any]:
+    """Tear down a pipeline cluster whose owner is gone (Airflow stopped or the host rebooted mid-night);
+    returns what to tell the next run's report."""
+    owner = {}
+    with contextlib.suppress(ClusterError, OSError, ValueError):
+        owner = state.load_state(name).get("owner") or {}
+    log.warning("reclaiming pipeline cluster %s: %s", name, why)
+    attach(name).down(keep_logs=False, graceful=False)
+    return {"cluster": name, "batch": owner.get("batch"), "why": why, "at": time.time()}
+
+
+def wait_for_exclusive_host(own: str, timeout_s: float = 1800, dagrun_state: DagRunState | None = None,
+                            wait: bool = True, own_batch: str | None = None) -> list[dict[str, Any]]:
+    """Make sure no other pipeline cluster runs on this host (two clusters would starve each other):
+    reclaim those whose owner is gone (`owner_gone`), wait for the others — or with `wait=False` raise
+    HostBusy at once. Returns the reclaimed clusters."""
     deadline = time.monotonic() + timeout_s
+    reclaimed: list[dict[str, Any]] = []
     while True:
         others = [n for n in state.list_clusters() if n.startswith(AIRFLOW_CLUSTER_PREFIX) and n != own]
+        for name in list(others):
+            why = owner_gone(name, dagrun_state, own_batch)
+            if why:
+                reclaimed.append(reclaim(name, why))
+                others.remove(name)
         if not others:
-            return
+            return reclaimed
+        if not wait:
+            raise HostBusy(others)
         if time.monotonic() > deadline:
             raise ClusterError(f"other pipeline clusters still running after {timeout_s:.0f}s: {others}; "
                                f"`kafkaproof cluster down --name NAME` if they are leftovers")
         log.info("waiting for other pipeline clusters to finish: %s", others)
         time.sleep(5)
+
+
+def release_airflow_clusters(airflow_home: str) -> list[str]:
+    """Tear down every pipeline cluster the DAG runs of the Airflow at `airflow_home` own (`make airflow`
+    stopping: its runs died with it)."""
+    released = []
+    for name in state.list_clusters():
+        if not name.startswith(AIRFLOW_CLUSTER_PREFIX):
+            continue
+        with contextlib.suppress(ClusterError, OSError, ValueError):
+            owner = state.load_state(name).get("owner") or {}
+            if owner.get("airflow_home") == airflow_home:
+                log.warning("tearing down cluster %s of DAG run %s: its Airflow stopped", name, owner.get("batch"))
+                attach(name).down(keep_logs=False, graceful=False)
+                released.append(name)
+    return released
 
 
 def _cluster_config(scenario: Scenario, cluster_name: str):
@@ -144,15 +261,19 @@ def reuse_order(scenarios: list[Scenario]) -> list[Scenario]:
     return [s for _, _, s in sorted(zip((first[k] for k in keys), range(len(keys)), scenarios))]
 
 
-def release_kept_clusters(but: str | None = None) -> list[str]:
-    """Tear down every cluster kept for reuse (idle by definition: a kept cluster runs nothing), except `but`."""
+def release_kept_clusters(but: str | None = None, batch: str | None = None) -> list[str]:
+    """Tear down every cluster kept for reuse (idle by definition: a kept cluster runs nothing), except `but`;
+    with `batch`, only those of that batch (another DAG run's kept cluster is its own to reuse)."""
     released = []
     for name in state.list_clusters():
         if name == but:
             continue
         try:
-            kept = state.load_state(name).get("kept")
+            st = state.load_state(name)
         except (ClusterError, OSError, ValueError):
+            continue
+        kept = st.get("kept")
+        if batch is not None and (st.get("owner") or {}).get("batch", batch) != batch:
             continue
         if kept:
             log.info("tearing down cluster %s, kept for reuse since %s and not reused",
@@ -162,9 +283,15 @@ def release_kept_clusters(but: str | None = None) -> list[str]:
     return released
 
 
-def provision(scenario: Scenario, cluster_name: str, reuse: bool = False) -> dict:
+def provision(scenario: Scenario, cluster_name: str, reuse: bool = False, owner: dict[str, Any] | None = None,
+              dagrun_state: DagRunState | None = None, wait: bool = True) -> dict:
     """Start the cluster (local or compose) a resolved scenario asks for; returns its name, bootstrap
     servers and whether it was reused.
+
+    `owner` (`pipeline_owner`) is recorded with the cluster: another pipeline's provision reclaims it
+    once its DAG run is gone (`owner_gone`, asking `dagrun_state`) instead of waiting for it, and the
+    run's manifest and report name what was reclaimed. While another pipeline's cluster is alive the
+    provision waits for it, or with `wait=False` raises HostBusy (an Airflow task reschedules itself).
 
     With `reuse`, the cluster of that name an earlier scenario kept (`teardown(keep=True)`) runs this
     one too when `isolation_problems` finds nothing of the earlier runs on it (waiting up to
@@ -172,7 +299,7 @@ def provision(scenario: Scenario, cluster_name: str, reuse: bool = False) -> dic
     (a retry of this task), it goes and a fresh one starts. The cluster's state records which
     scenarios ran on it and what was checked; the run puts that in its manifest and report.
     """
-    release_kept_clusters(but=cluster_name if reuse else None)
+    release_kept_clusters(but=cluster_name if reuse else None, batch=owner["batch"] if owner else None)
     config = _cluster_config(scenario, cluster_name)
     reused = None
     if cluster_name in state.list_clusters():
@@ -184,13 +311,16 @@ def provision(scenario: Scenario, cluster_name: str, reuse: bool = False) -> dic
         if reused is None:
             cluster.down()  # a retry of this task, or a cluster not as good as fresh: start clean
     if reused is None:
-        wait_for_exclusive_host(cluster_name)
+        reclaimed = wait_for_exclusive_host(cluster_name, dagrun_state=dagrun_state, wait=wait,
+                                            own_batch=owner["batch"] if owner else None)
         cluster = start_cluster(config, scenario.upgrade_versions)
-        reused = {"reused": False, "runs_before": []}
+        reused = {"reused": False, "runs_before": [], **({"reclaimed": reclaimed} if reclaimed else {})}
     with state.update_state(cluster_name) as st:
         st["kept"] = None
         st["reuse"] = reused
         st["runs"] = [*reused["runs_before"], scenario.name]
+        if owner:
+            st["owner"] = owner
     return {"cluster": cluster_name, "bootstrap": cluster.bootstrap_servers(),
             "kafka_version": scenario.data["cluster"]["kafka_version"], "reused": reused["reused"]}
 
@@ -236,16 +366,21 @@ def kafka_connection(conn_id: str, extra: Mapping[str, Any]) -> tuple[str, dict[
 
 
 def run(scenario: Scenario, out: str | None = None, cluster_name: str | None = None,
-        bootstrap: str | None = None, control: str | None = None, client_config: dict | None = None) -> dict:
+        bootstrap: str | None = None, control: str | None = None, client_config: dict | None = None,
+        proxy_listen: str = "127.0.0.1") -> dict:
     """Run a resolved scenario on a provisioned cluster, an existing one by bootstrap (connecting with
-    `client_config`, see `kafka_connection`), or a cluster of its own.
+    `client_config`, see `kafka_connection`; its fault proxies listen on `proxy_listen`, loopback by
+    default), or a cluster of its own.
 
     With `control` (a name from `fault_control`), fault tasks of other processes time the
     scenario's faults (`drive_fault`) instead of the run's own timeline.
     """
     from .run import RunOptions, ScenarioRun
+    if cluster_name and not bootstrap:
+        touch_owner(cluster_name)
     options = RunOptions(out=Path(out) if out else runs_dir(), bootstrap=bootstrap, cluster_name=cluster_name,
-                         attach=bool(cluster_name and not bootstrap), control=control, client_config=client_config)
+                         attach=bool(cluster_name and not bootstrap), control=control, client_config=client_config,
+                         proxy_listen=proxy_listen)
     result = ScenarioRun(scenario, options).execute()
     return {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status, "error": result.error,
             "scenario": scenario.name}
@@ -258,6 +393,7 @@ def teardown(cluster_name: str | None, control: str | None = None, keep: bool = 
         cluster = attach(cluster_name)
         if keep:
             cluster.release_run()
+            touch_owner(cluster_name)
             with state.update_state(cluster_name) as st:
                 st["kept"] = {"at": time.time()}
             log.info("cluster %s kept for the next scenario", cluster_name)
@@ -363,12 +499,15 @@ def unstarted_run(scenario: str, error: str, label: str = "") -> dict:
 def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None,
                  backend: str | None = None, client: str | None = None, upgrade_to: str | None = None,
-                 client_config: dict | None = None) -> dict:
+                 client_config: dict | None = None, dagrun_state: DagRunState | None = None,
+                 wait: bool = True) -> dict:
     """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
 
     A scenario that cannot take the overrides comes back as a run without a directory whose
     `error` says why, before anything starts. Analysis is not part of it: a batch analyses all
-    its runs with one spark-submit.
+    its runs with one spark-submit. The cluster is the batch's (`pipeline_owner`); another
+    pipeline's live cluster is waited for, or with `wait=False` HostBusy is raised before anything
+    starts (`provision`).
     """
     (scn,) = suite(names=[scenario])
     try:
@@ -378,7 +517,7 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
     try:
         if cluster:
-            provision(resolved, cluster)
+            provision(resolved, cluster, owner=pipeline_owner(batch_id), dagrun_state=dagrun_state, wait=wait)
         result = run(resolved, cluster_name=cluster, bootstrap=bootstrap, client_config=client_config)
     finally:
         if cluster:

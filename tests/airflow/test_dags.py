@@ -6,6 +6,7 @@ import os
 import runpy
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -80,7 +81,8 @@ def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
     assert {"kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check"} <= set(bag.dag_ids)
     nightly = bag.get_dag("kafka_reliability_nightly")
     assert nightly.catchup is False and nightly.max_active_runs == 1
-    assert nightly.schedule == "0 2 * * *"
+    # no night missed while Airflow was down runs when it starts (make airflow starts no pipeline)
+    assert nightly.timetable.summary == "0 2 * * * (missed times skipped)"
     tasks = {t.task_id: t for t in nightly.tasks}
     for step in ("provision", "run_workload", "teardown_cluster"):
         assert f"baseline.{step}" in tasks
@@ -110,7 +112,8 @@ def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
     assert tasks["gate"].trigger_rule == "all_done" and tasks["gate"].upstream_task_ids == {"judge"}
     # the weekly soak: hours-long runs whose workload task outlives the run's own bound (timeout_s)
     soak = bag.get_dag("kafka_reliability_soak")
-    assert soak.schedule == "0 4 * * 6" and soak.max_active_runs == 1
+    assert soak.timetable.summary == "0 4 * * 6 (missed times skipped)" and soak.max_active_runs == 1
+    assert soak.is_paused_upon_creation is True and not nightly.is_paused_upon_creation
     soak_tasks = {t.task_id: t for t in soak.tasks}
     assert soak_tasks["soak_random_faults.run_workload"].execution_timeout.total_seconds() == 8400 + 600
     assert tasks["baseline.run_workload"].execution_timeout.total_seconds() == 1800
@@ -483,3 +486,75 @@ def test_the_plugin_serves_reports_only_to_users_who_may_read_the_dags_and_trips
     manual = Path(pipeline.write_batch_report([], "kafka_reliability_manual/manual__1", runs)).parent.name
     index = module["batch_index"](runs, {"kafka_reliability_manual"})
     assert f"batches/{manual}/" in index and batch_page not in index
+
+
+class AirflowApi:
+    """Airflow's REST API as its admin (the simple auth manager's generated password)."""
+
+    def __init__(self, home: Path, port: str):
+        self.home, self.root = home, f"http://127.0.0.1:{port}"
+        self.token: str | None = None
+
+    def get(self, path: str):
+        """The JSON of GET /api/v2/<path>; None while the api-server does not answer (or not yet its admin)."""
+        try:
+            if not self.token:
+                password = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
+                request = urllib.request.Request(f"{self.root}/auth/token", json.dumps(
+                    {"username": "admin", "password": password}).encode(), {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    self.token = json.load(r)["access_token"]
+            request = urllib.request.Request(f"{self.root}/api/v2/{path}",
+                                             headers={"Authorization": f"Bearer {self.token}"})
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return json.load(r)
+        except (OSError, ValueError, KeyError):
+            return None
+
+
+def test_make_airflow_starts_no_pipeline_and_stopping_it_tears_down_its_runs_clusters(tmp_path):
+    """`make airflow` (scripts/airflow-standalone.sh) on a fresh Airflow home: the DAGs are there, none runs
+    (the nightly's missed 02:00 is skipped, the soak DAG paused); stopped, it tears down its runs' clusters."""
+    home, port = tmp_path / "airflow", str(free_port())
+    env = airflow_env(home, AIRFLOW__API__PORT=port, KAFKAPROOF_RUNS=str(tmp_path / "runs"),
+                      AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/")
+    log_path = tmp_path / "standalone.log"
+    with open(log_path, "w") as out:
+        standalone = subprocess.Popen(["bash", "scripts/airflow-standalone.sh"], env=env, cwd=REPO, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+    api = AirflowApi(home, port)
+    leftover = "af-test-standalone"
+    ours = {"kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check", "kafka_reliability_soak"}
+    try:
+        def parsed():
+            assert standalone.poll() is None, log_path.read_text()[-3000:]
+            dags = {d["dag_id"]: d for d in (api.get("dags?limit=100") or {}).get("dags", [])}
+            return dags if ours <= set(dags) and dags["kafka_reliability_nightly"]["next_dagrun_run_after"] else None
+        dags = wait_for(parsed, 300, "the DAGs in the api-server of make airflow")
+        # the scheduler's loops (a second each) had their chance to start something
+        wait_for(lambda: ((api.get("monitor/health") or {}).get("scheduler") or {}).get("status") == "healthy",
+                 120, "a healthy scheduler")
+        time.sleep(20)
+        runs = api.get("dags/~/dagRuns?limit=100")
+        assert runs["total_entries"] == 0, runs
+        assert dags["kafka_reliability_soak"]["is_paused"] is True
+        assert dags["kafka_reliability_nightly"]["is_paused"] is False
+        next_night = datetime.fromisoformat(dags["kafka_reliability_nightly"]["next_dagrun_run_after"])
+        assert next_night > datetime.now(timezone.utc) and (next_night.hour, next_night.minute) == (2, 0)
+        # a cluster one of its DAG runs started (the run's tasks die with Airflow)
+        up = subprocess.run(["kafkaproof", "cluster", "up", "--name", leftover, "--brokers", "1"], env=env,
+                            capture_output=True, text=True, timeout=180)
+        assert up.returncode == 0, up.stderr[-3000:]
+        with state.update_state(leftover) as st:
+            st["owner"] = {"batch": "kafka_reliability_nightly/manual__1", "dag_id": "kafka_reliability_nightly",
+                           "run_id": "manual__1", "airflow_home": str(home), "pid": None}
+        standalone.send_signal(15)  # SIGTERM to the script, as a service manager stops it
+        standalone.wait(120)
+        log = log_path.read_text()
+        assert leftover not in state.list_clusters(), log[-3000:]
+        assert f"tore down the clusters of its DAG runs: {leftover}" in log
+    finally:
+        if standalone.poll() is None:
+            stop_group(standalone, grace_s=60)
+        if leftover in state.list_clusters():
+            subprocess.run(["kafkaproof", "cluster", "down", "--name", leftover], env=env, timeout=120)

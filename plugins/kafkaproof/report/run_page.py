@@ -357,7 +357,10 @@ def reuse_text(reuse: Mapping[str, Any]) -> str:
     checked before it was reused."""
     before = list(reuse.get("runs_before") or [])
     if not reuse.get("reused"):
-        return "fresh, started for this run"
+        reclaimed = [r for r in reuse.get("reclaimed") or [] if isinstance(r, Mapping)]
+        return "fresh, started for this run" + "".join(
+            f"; first reclaimed the leftover pipeline cluster {r.get('cluster')} of DAG run {r.get('batch') or '?'} "
+            f"({r.get('why')})" for r in reclaimed)
     left = reuse.get("leftovers") or {}
     return (f"reused after {', '.join(before)} (same batch, same cluster settings); checked before this run: every node "
             f"{'and proxy ' if left.get('proxy_states') else ''}running, no fault, nftables table, bandwidth "

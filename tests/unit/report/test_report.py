@@ -278,6 +278,13 @@ def test_batch_helpers():
     assert batch_page.reused_note({"reused_after": ["a", "b"]}) == " · cluster reused after 2 scenarios"
     assert batch_page.reused_note({"reused_after": []}) == ""
     assert run_page.reuse_text({"reused": False, "runs_before": []}) == "fresh, started for this run"
+    # a leftover of a DAG run that died with Airflow, reclaimed by the provision before this run
+    reclaimed = {"cluster": "af-0123456789", "batch": "kafka_reliability_nightly/scheduled__2026-11-25T02:00:00+00:00",
+                 "why": "its DAG run kafka_reliability_nightly/scheduled__2026-11-25T02:00:00+00:00 is failed"}
+    assert run_page.reuse_text({"reused": False, "runs_before": [], "reclaimed": [reclaimed]}) == (
+        "fresh, started for this run; first reclaimed the leftover pipeline cluster af-0123456789 of DAG run "
+        "kafka_reliability_nightly/scheduled__2026-11-25T02:00:00+00:00 (its DAG run "
+        "kafka_reliability_nightly/scheduled__2026-11-25T02:00:00+00:00 is failed)")
     text = run_page.reuse_text({"reused": True, "runs_before": ["baseline"], "leftovers": {"partitions": 53}})
     assert text.startswith("reused after baseline") and "all 53 partitions in sync" in text
     assert svg.nice_ticks(0, 7, 4) == [0, 2, 4, 6]

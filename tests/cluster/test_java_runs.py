@@ -54,14 +54,17 @@ def test_java_clients_through_a_leader_kill_keep_every_acknowledged_value_exactl
 
 
 def test_java_producer_without_idempotence_duplicates_exactly_the_writes_whose_ack_was_lost(tmp_path):
+    # Five requests in flight (the default): a reset loses the answers pipelined behind the dropped one
+    # too, and the Java client re-sends them all; the proxy reports what the broker wrote for each,
+    # also for the answers that came after the reset (issue 36.6: 38 of 91 duplicates before).
     scn = scenario(tmp_path, topic={"partitions": 3, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
                    producers={"client": "java", "rate": 400, "messages": 1600, "start_after_s": 1,
-                              "config": {"acks": "all", "enable.idempotence": False,
-                                         "max.in.flight.requests.per.connection": 1}},
+                              "config": {"acks": "all", "enable.idempotence": False}},
                    consumers={"client": "java", "count": 1}, drain={"settle_s": 2},
                    # Active until the producers finish, not for a fixed window: a JVM slow to start may send
                    # its first record after such a window (seen: 3 s late), and the fault then never fires.
-                   faults=[{"at": 2, "kind": "lost_ack", "target": "all", "params": {"reset": True, "count": 1}}])
+                   faults=[{"at": 2, "kind": "lost_ack", "target": "all",
+                            "params": {"reset": True, "every": 20, "count": 2}}])
     result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     sends = ledger.read_table(result.run_dir, "sends").to_pandas()
@@ -69,15 +72,18 @@ def test_java_producer_without_idempotence_duplicates_exactly_the_writes_whose_a
     (fault,) = ledger.read_table(result.run_dir, "faults").to_pylist()
     assert fault["kind"] == "lost_ack" and fault["proxy_fired"] >= 1
     events = ledger.read_table(result.run_dir, "proxy_events").to_pandas()
-    dropped = events[events["phase"] == "response_dropped"]
+    unacked = events[events["phase"].isin(["response_dropped", "response_discarded"])
+                     & events["base_offsets"].notna()]
     audit = ledger.read_table(result.run_dir, "audit").to_pandas()
     log = audit[audit["isolation"] == "read_committed"]
     counts = log.groupby("value_id").size()
     at = log.set_index(["partition", "offset"])["value_id"]
-    lost_write_values = {int(at[(p, o)]) for _, row in dropped.iterrows()
+    lost_write_values = {int(at[(p, o)]) for _, row in unacked.iterrows()
                          for p, base, n in zip(row["partitions"], row["base_offsets"], row["record_counts"])
-                         for o in range(base, base + n)}
-    assert lost_write_values and set(counts[counts > 1].index) == lost_write_values  # the Java client retried them
+                         if base >= 0 for o in range(base, base + n)}
+    # Every duplicate is a write the client never heard of (the analysis attributes them all), and the
+    # Java client retried every such write.
+    assert lost_write_values and set(counts[counts > 1].index) == lost_write_values
     assert set(log["value_id"]) == set(sends["value_id"])  # and lost nothing
 
 

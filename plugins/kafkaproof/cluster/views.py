@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from typing import Any, Collection, Mapping
 
 from .. import logs
@@ -190,8 +191,30 @@ class KafkaViews:
                 if not transient or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        return {"topic": topic, "partitions": self.partitions(topic),
-                "config": {k: v.value for k, v in cfg.items() if not v.is_default}}
+        out = {"topic": topic, "partitions": self.partitions(topic),
+               "config": {k: v.value for k, v in cfg.items() if not v.is_default}}
+        topic_id = self.topic_id(topic)
+        if topic_id is not None:
+            out["topic_id"] = topic_id
+        return out
+
+    def topic_id(self, topic: str) -> str | None:
+        """The topic's id (a UUID string), or None when the cluster does not say.
+
+        Clients of Produce v13+ and Fetch v13+ name topics by id; a fault proxy that saw no
+        Metadata answer naming the topic reports the id alone, and the run maps it back."""
+        from confluent_kafka import KafkaException, TopicCollection
+        try:
+            desc = self.admin().describe_topics(TopicCollection([topic]))[topic].result(timeout=10)
+        except (KafkaException, ValueError, TypeError) as e:  # an old broker, or a transient error
+            log.debug("cannot describe topic %s for its id: %s", topic, e)
+            return None
+        tid = getattr(desc, "topic_id", None)
+        if tid is None:
+            return None
+        mask = (1 << 64) - 1  # the bits come as signed longs; the proxy writes ids as canonical UUIDs
+        return str(uuid.UUID(int=(tid.get_most_significant_bits() & mask) << 64
+                             | (tid.get_least_significant_bits() & mask)))
 
     def wait_in_sync(self, topic: str, timeout_s: float = 60.0) -> None:
         """Wait until every partition's ISR holds all its replicas."""

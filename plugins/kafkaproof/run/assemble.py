@@ -68,9 +68,11 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offset
     return pa.Table.from_pandas(pd.DataFrame(cols), schema=ledger.SENDS, preserve_index=False)
 
 
-def assemble_ledger(run_dir: Path, data: Mapping[str, Any], audit_rows: list[dict], snapshots: list[dict]) -> dict:
+def assemble_ledger(run_dir: Path, data: Mapping[str, Any], audit_rows: list[dict], snapshots: list[dict],
+                    topic_id: str | None = None) -> dict:
     """Write a run's ledger tables from what its workers streamed into `work/` (and its fault log and proxy
-    events there), the audit rows of its drain and the cluster snapshots; returns the row counts."""
+    events there), the audit rows of its drain and the cluster snapshots; returns the row counts.
+    `topic_id`: the run topic's id, which names it in proxy events that know only the id."""
     work = Path(run_dir) / "work"
     audit_ids = {r["value_id"] for r in audit_rows if r["value_id"] >= 0}
     counts = {}
@@ -87,7 +89,8 @@ def assemble_ledger(run_dir: Path, data: Mapping[str, Any], audit_rows: list[dic
     proxy_events = []
     if (work / PROXY_EVENTS).exists():
         from ..proxy import read_events
-        proxy_events = proxy_event_rows(read_events(work / PROXY_EVENTS), {f["fault_id"] for f in faults})
+        proxy_events = proxy_event_rows(read_events(work / PROXY_EVENTS), {f["fault_id"] for f in faults},
+                                        {topic_id: data["topic"]["name"]} if topic_id else None)
     counts["proxy_events"] = ledger.write_table(run_dir, "proxy_events", proxy_events)
     counts["cluster_snapshots"] = ledger.write_table(run_dir, "cluster_snapshots", snapshots)
     outcomes = sends.column("outcome").to_pylist()
@@ -163,8 +166,17 @@ def collect_proxy_events(cluster: ClusterBackend, since_ns: int, dest: Path) -> 
     return len(events)
 
 
-def proxy_event_rows(events: list[dict], fault_ids: set[str]) -> list[dict]:
-    """Ledger `proxy_events` rows: one per action a proxy took on a request (its `fault` events)."""
+def proxy_event_rows(events: list[dict], fault_ids: set[str], topic_ids: Mapping[str, str] | None = None) -> list[dict]:
+    """Ledger `proxy_events` rows: one per action a proxy took on a request (its `fault` events).
+
+    A topic a proxy knew only by its id (Produce and Fetch v13+ name topics by id, and a proxy
+    learns names only from the Metadata answers it carries) is named from `topic_ids` (id -> name,
+    e.g. the run topic's) or from another event of the run that names both."""
+    names = dict(topic_ids or {})
+    for e in events:
+        for t in [*(e.get("topics") or []), *((e.get("detail") or {}).get("results") or [])]:
+            if t.get("topic_id") and t.get("topic") and t["topic"] != t["topic_id"]:
+                names.setdefault(t["topic_id"], t["topic"])
     rows = []
     for e in events:
         if e.get("event") != "fault":
@@ -192,7 +204,8 @@ def proxy_event_rows(events: list[dict], fault_ids: set[str]) -> list[dict]:
             "broker": e.get("broker"), "proxy": e.get("proxy"), "conn": e.get("conn"),
             "client_id": e.get("client_id"), "api": e.get("api"), "api_key": e.get("api_key"),
             "api_version": e.get("api_version"), "correlation_id": e.get("correlation_id"),
-            "action": e.get("action"), "phase": e.get("phase"), "topic": topic, "partitions": partitions,
+            "action": e.get("action"), "phase": e.get("phase"), "topic": names.get(topic, topic),
+            "partitions": partitions,
             "base_offsets": base_offsets,
             "error_code": detail.get("error_code"), "delay_ms": detail.get("delay_ms"),
             "detail": json.dumps(detail, sort_keys=True) if detail else None,

@@ -31,7 +31,8 @@ def salvage_run(run_dir: Path) -> dict:
     work = run_dir / "work"
     if not work.is_dir() or not any(work.glob("producer-*")):
         raise LedgerError(f"{run_dir}: no producer wrote anything to {work}; there is nothing to salvage")
-    counts = assemble_ledger(run_dir, manifest["scenario"], audit_rows=[], snapshots=[])
+    counts = assemble_ledger(run_dir, manifest["scenario"], audit_rows=[], snapshots=[],
+                             topic_id=(manifest.get("topic_description") or {}).get("topic_id"))
     before = manifest.get("status")
     why = manifest.get("error") or ("its runner stopped without a word (killed, or the host went down)"
                                     if before == "running" else f"it ended {before}")

@@ -449,6 +449,7 @@ class ScenarioRun:
 
     def _assemble(self) -> None:
         self.manifest["counts"] = assemble_ledger(self.run_dir, self.scenario.data, self.audit_rows,
-                                                  self.sampler.rows if self.sampler else [])
+                                                  self.sampler.rows if self.sampler else [],
+                                                  (self.manifest.get("topic_description") or {}).get("topic_id"))
 
 

@@ -228,6 +228,26 @@ def test_discarded_answers_land_in_the_same_columns_as_dropped_ones(tmp_path):
     assert [r["base_offsets"] for r in written] == [[40, 17], None, [17, 40]]
 
 
+def test_topics_a_proxy_knew_only_by_id_are_named(tmp_path):
+    """Produce v13 names topics by id; a proxy that carried no Metadata answer naming the topic reports
+    the id alone (seen with the Java client: a third of the lost acks left unattributed)."""
+    tid, other = "5ba9eefd-c376-402c-850f-52d3b5a1dedf", "0c1d2e3f-0000-4000-8000-000000000001"
+
+    def by_id(topic_id, base, topic=None, **kw):
+        named = {"topic": topic or topic_id, "topic_id": topic_id}
+        return _event("response_dropped", topics=[{**named, "partitions": [0], "record_counts": [3]}],
+                      detail={"results": [{**named, "partition": 0, "error_code": 0, "error": "NONE",
+                                           "base_offset": base}]}, **kw)
+
+    events = [by_id(tid, 651, broker=2), by_id(other, 7)]
+    rows = proxy_event_rows(events, {"lost_ack-0123abcd"})
+    assert [(r["topic"], r["base_offsets"]) for r in rows] == [(tid, [651]), (other, [7])]  # nothing names them
+    # The run topic's id (from the topic's description), or another proxy's event naming both.
+    assert [r["topic"] for r in proxy_event_rows(events, {"lost_ack-0123abcd"}, {tid: "t"})] == ["t", other]
+    rows = proxy_event_rows([*events, by_id(tid, 815, topic="t", broker=1)], {"lost_ack-0123abcd"})
+    assert [(r["topic"], r["base_offsets"]) for r in rows] == [("t", [651]), (other, [7]), ("t", [815])]
+
+
 def test_ledger_tables_stay_compatible(tmp_path):
     assert ledger.write_table(tmp_path, "proxy_events", []) == 0
     assert ledger.read_table(tmp_path, "proxy_events").schema == ledger.PROXY_EVENTS

@@ -42,6 +42,7 @@ KINDS: tuple[str, ...] = (
     "unseen",
     "not_delivered",
     "duplicates",
+    "observed_duplicates",
     "redeliveries",
     "aborted_reads",
     "dirty_reads",
@@ -63,6 +64,7 @@ VALUE_FLAGS: dict[str, str] = {
     "not_delivered": "not_delivered",
     "duplicates": "duplicate",
     "aborted_reads": "aborted_read",
+    "observed_duplicates": "observed_duplicate",
     "dirty_reads": "dirty_read",
     "indefinite_landed": "indefinite_landed",
     "unknown_values": "unknown_value",
@@ -465,6 +467,7 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
          .withColumn("duplicate", log_count > 1)
          .withColumn("not_delivered", F.lit(ctx.has_consumers) & in_log & (read_any != F.lit(ctx.groups_mask)))
          # Definitely not written, yet seen anywhere; or rolled back, yet committed or read read_committed.
+         .withColumn("observed_duplicate", observed_duplicate())
          .withColumn("aborted_read", (failed & (in_log | (F.col("read_count") > 0)))
                      | (aborted & (in_log | (F.col("read_rc_count") > 0))))
          # Rolled back, and a read_uncommitted consumer processed it.
@@ -481,22 +484,50 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
         v = (v.withColumn("delivery_deadline_ns", deadline)
              .withColumn("undelivered", F.col("sent") & ~delivered))
     v = v.withColumn("position_suspect", position_suspect())
-    for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read", "dirty_read",
-              "indefinite_landed", "unknown_value", "undelivered", "position_suspect"):
+    for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "observed_duplicate", "not_delivered", "aborted_read",
+              "dirty_read", "indefinite_landed", "unknown_value", "undelivered", "position_suspect"):
         v = v.withColumn(c, F.coalesce(F.col(c), F.lit(False)))
     return v.select(
         "value_id", "producer", "seq", "key", "partition", "outcome", "ack_offset", "error_name", "acks",
+    # Where an observed duplicate was seen (null for every other value: a sparse column).
+    seen_at = F.array_sort(F.array_distinct(F.array_compact(F.array(
+        F.when((F.col("outcome") == "ok") & (F.col("ack_offset") >= 0), F.col("ack_offset")), F.col("log_offset"),
+        F.col("read_offset_min"), F.col("read_offset_max")))))
+    v = v.withColumn("observed_offsets", F.when(F.col("observed_duplicate"), seen_at))
         "txn_id", "txn_outcome", "intended_ns", "send_ns", "complete_ns",
         "log_count", "log_partition", "log_offset", "log_offset_max",
         "read_count", "read_rc_count", "groups_mask", "first_read_ns", "delivered_ns", "delivery_deadline_ns",
         "sent", "expected", "reachable",
-        "lost", "lost_unconfirmed", "unseen", "duplicate", "not_delivered", "aborted_read", "dirty_read",
-        "indefinite_landed", "unknown_value", "undelivered", "position_suspect",
+        "lost", "lost_unconfirmed", "unseen", "duplicate", "observed_duplicate", "not_delivered", "aborted_read",
+        "dirty_read", "indefinite_landed", "unknown_value", "undelivered", "position_suspect", "observed_offsets",
     )
 
 
 def position_suspect() -> Column:
     """Over classify_values' columns: the value has an ack or a read somewhere other than its one
+def observed_duplicate() -> Column:
+    """Over classify_values' columns: the value was seen at two or more positions (partition, offset) across
+    its ack, its reads and the committed log, yet is at most once in that log (else it is a `duplicate`):
+    a copy an ack or a consumer saw that the final log no longer holds (e.g. truncated by an unclean
+    election), or a misplaced ack or read. Jepsen's duplicate counts a value at two offsets of sends and polls."""
+    def apart(p1: Column, o1: Column, p2: Column, o2: Column) -> Column:
+        return (p1 != p2) | (o1 != o2)
+
+    acked = (F.col("outcome") == "ok") & (F.col("ack_offset") >= 0) & (F.col("partition") >= 0)
+    logged = F.col("log_count") == 1
+    read = F.col("read_count") > 0
+    terms = [
+        read & apart(F.col("read_partition_min"), F.col("read_offset_min"),
+                     F.col("read_partition_max"), F.col("read_offset_max")),
+        acked & logged & apart(F.col("partition"), F.col("ack_offset"), F.col("log_partition"), F.col("log_offset")),
+        acked & read & apart(F.col("partition"), F.col("ack_offset"),
+                             F.col("read_partition_min"), F.col("read_offset_min")),
+        logged & read & apart(F.col("log_partition"), F.col("log_offset"),
+                              F.col("read_partition_min"), F.col("read_offset_min")),
+    ]
+    return (F.col("log_count") <= 1) & F.greatest(*[F.coalesce(t, F.lit(False)) for t in terms])
+
+
     position in the committed log, or a group read it more than once. Only offsets where such a
     value, or a foreign record, sits can be offset anomalies (docs/analysis.md, "Offset checks")."""
     def at_log_position(partition: Column, offset: Column) -> Column:
@@ -535,6 +566,11 @@ def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
                                       F.col("log_offset_max")),
         "aborted_reads": F.format_string("send outcome=%s txn_outcome=%s, yet in the committed log %s times and read "
                                          "%s times (%s of them read_committed)", F.col("outcome"),
+        "observed_duplicates": F.format_string(
+            "observed at offsets %s of partition %s across its ack (%s), its reads and the committed log (%s); "
+            "the final log holds %s copy", F.array_join(F.col("observed_offsets").cast("array<string>"), ", "),
+            where, F.coalesce(F.col("ack_offset").cast("string"), F.lit("none")),
+            F.coalesce(F.col("log_offset").cast("string"), F.lit("none")), F.col("log_count")),
                                          F.col("txn_outcome"), F.col("log_count"), F.col("read_count"),
                                          F.col("read_rc_count")),
         "dirty_reads": F.format_string("value of aborted transaction %s read %s times by read_uncommitted consumers",
@@ -564,6 +600,7 @@ def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
         F.when(is_dup, F.array(F.col("log_offset"), F.col("log_offset_max")))
          .otherwise(F.when(offset.isNotNull(), F.array(offset))).alias("offsets"),
         F.lit(None).cast("array<bigint>").alias("value_ids"),
+         .when(F.col("kind") == "observed_duplicates", F.col("observed_offsets"))
         F.lit(None).cast("int").alias("consumer"), F.lit(None).cast("int").alias("consumer_pid"),
         F.lit(None).cast("string").alias("group"),
         t_start.alias("t_start_ns"), t_end.alias("t_end_ns"), detail.alias("detail"))
@@ -781,7 +818,6 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
         F.min(F.when(src == 0, vid)).alias("ack_min"), F.max(F.when(src == 0, vid)).alias("ack_max"),
         _count(src == 0).alias("n_ack"),
         F.max(F.when(src == 1, vid)).alias("log_vid"), _count(src == 1).alias("n_log"),
-        F.min(F.when(src == 2, vid)).alias("read_min"), F.max(F.when(src == 2, vid)).alias("read_max"),
         F.min("t0").alias("t_start_ns"), F.min("t1").alias("t_end_ns"),
         *read_cols,
     )
@@ -790,6 +826,10 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
         (F.col("vmin") != F.col("vmax"))
         | ((F.col("n_ack") > 0) & ((F.col("n_log") == 0) | (F.col("log_vid") != F.col("ack_min"))
                                    | (F.col("ack_min") != F.col("ack_max"))))
+        # Every distinct value, not just the extremes: three or more can meet at one offset (one per
+        # unclean election), and only suspect offsets are aggregated, so the sets stay small.
+        F.array_sort(F.collect_set(F.when(src == 0, vid))).alias("ack_vids"),
+        F.array_sort(F.collect_set(vid)).alias("vids"),
         | (max_reads > 1)).persist()
     ctx.cached.append(suspicious)
 
@@ -799,8 +839,7 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
     high = _lookup_col({p.partition: p.high for p in ctx.partitions if p.high is not None}, "bigint",
                        F.col("partition"), -1)
     complete = _lookup_col({p.partition: p.complete for p in ctx.partitions}, "boolean", F.col("partition"), False)
-    ack_rows = (suspicious.filter(F.col("n_ack") > 0)
-                .withColumn("ack_vid", F.explode(F.array_distinct(F.array("ack_min", "ack_max")))))
+    ack_rows = suspicious.filter(F.col("n_ack") > 0).withColumn("ack_vid", F.explode("ack_vids"))
     mismatch = ack_rows.filter(
         ((F.col("n_log") > 0) & (F.col("log_vid") != F.col("ack_vid")))
         | ((F.col("n_log") == 0) & complete & (F.col("offset") >= low) & (F.col("offset") < high)))
@@ -815,10 +854,8 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
                                     F.col("ack_vid"), F.col("partition"), F.col("offset"), low, high)).alias("detail"),
         F.lit(None).cast("string").alias("group"), "t_start_ns", "t_end_ns")
 
-    # The distinct values among (acked min/max, log, read min/max): exact unless one
-    # offset was read with three or more different values.
-    seen = F.array_sort(F.array_distinct(F.array_compact(
-        F.array("ack_min", "ack_max", "log_vid", "read_min", "read_max"))))
+    # Every distinct value among the acks, the log and the reads there.
+    seen = F.col("vids")
     incons = suspicious.filter(F.col("vmin") != F.col("vmax")).select(
         F.lit("inconsistent_offsets").alias("kind"), F.coalesce("ack_min", "log_vid", "vmin").alias("value_id"),
         "partition", "offset", F.array("offset").alias("offsets"), seen.alias("value_ids"),

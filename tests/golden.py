@@ -141,7 +141,8 @@ class Golden:
         """The run's manifest.json, audit watermarks derived from the log."""
         parts: dict[str, dict[str, Any]] = {}
         all_parts = ({r["partition"] for r in self.rows["audit"]} | {r["partition"] for r in self.rows["sends"]
-                                                                   if r["partition"] >= 0})
+                                                                   if r["partition"] >= 0}
+                     | set(self.partition_overrides))  # an override declares a partition (an empty topic's)
         for p in sorted(all_parts):
             offs = [r["offset"] for r in self.rows["audit"] if r["partition"] == p]
             info = {"low": min(offs, default=0), "high": max(offs, default=-1) + 1, "complete": True}
@@ -402,24 +403,25 @@ def indefinite_landed() -> Golden:
 
 
 def inconsistent_offsets() -> Golden:
-    """Two different values acked at p0/1; the log holds Y there and X elsewhere."""
-    g = Golden("inconsistent_offsets", counts={"inconsistent_offsets": 1, "ack_offset_mismatch": 1}, status="fail")
+    """Two different values acked at p0/1; the log holds Y there and X elsewhere (X: seen at 1 and 2)."""
+    g = Golden("inconsistent_offsets", status="fail",
+               counts={"inconsistent_offsets": 1, "ack_offset_mismatch": 1, "observed_duplicates": 1})
     g.acked(0, 0, 0)
     x = g.send(0, 1, 10, offset=1)
     g.acked(1, 0, 15, offset=1)          # Y, acked at the same offset and logged there
     g.log(0, 2, x)
-    g.value_ids = {"inconsistent_offsets": [x], "ack_offset_mismatch": [x]}
+    g.value_ids = {"inconsistent_offsets": [x], "ack_offset_mismatch": [x], "observed_duplicates": [x]}
     return g
 
 
 def ack_offset_mismatch() -> Golden:
-    """X acked at p0/1 where the log has no record (though it continues); X sits at offset 3."""
-    g = Golden("ack_offset_mismatch", counts={"ack_offset_mismatch": 1}, status="fail")
+    """X acked at p0/1 where the log has no record (though it continues); X sits at offset 3 (seen at 1 and 3)."""
+    g = Golden("ack_offset_mismatch", counts={"ack_offset_mismatch": 1, "observed_duplicates": 1}, status="fail")
     g.acked(0, 0, 0)
     x = g.send(0, 1, 10, offset=1)
     g.acked(1, 0, 20, offset=2)
     g.log(0, 3, x)
-    g.value_ids = {"ack_offset_mismatch": [x]}
+    g.value_ids = {"ack_offset_mismatch": [x], "observed_duplicates": [x]}
     return g
 
 
@@ -617,3 +619,90 @@ def write_all(root: Path) -> dict[str, Path]:
 def needs_analysis(goldens: dict[str, Golden]) -> list[str]:
     """Goldens whose ledger is their own (the others reuse the analysis of `analysis_from`)."""
     return [name for name, g in goldens.items() if g.analysis_from is None]
+# --------------------------------------------------------------------------- issue 36: verdict truth
+
+def many_values_at_one_offset() -> Golden:
+    """Ten values acked at p0/0 (ten unclean elections in a row); the log holds the tenth there.
+
+    One `ack_offset_mismatch` per acked value the log does not hold there (9), one
+    `inconsistent_offsets` row whose value list names all ten, and the nine are lost.
+    Before issue 36 (min/max per offset) the job gave 1 mismatch (the smallest value only) and the
+    value list [first, tenth]: lost 9, ack_offset_mismatch 1, inconsistent_offsets 1; fail.
+    """
+    g = Golden("many_values_at_one_offset", producers=[{"acks": "all"}] * 10, status="fail",
+               counts={"lost": 9, "ack_offset_mismatch": 9, "inconsistent_offsets": 1})
+    vids = [g.send(p, 0, 10 * p, offset=0) for p in range(10)]
+    g.log(0, 0, vids[-1])
+    g.acked(0, 1, 200)
+    g.value_ids = {"lost": vids[:9], "ack_offset_mismatch": vids[:9], "inconsistent_offsets": [vids[0]]}
+    return g
+
+
+def empty_run() -> Golden:
+    """Nothing was sent: no sends, an empty topic drained completely, no consumers. Nothing to judge:
+    error ("nothing to judge: 0 sends"), never a pass. Before issue 36: pass (every count 0)."""
+    g = Golden("empty_run", status="error")
+    g.partition_overrides[0] = {}
+    return g
+
+
+def consumers_read_nothing() -> Golden:
+    """Five acked values in the log and a consumer that started and read nothing at all, under
+    at-most-once (which tolerates `not_delivered`): nothing was judged on the consumer side, error.
+    Before issue 36: pass (not_delivered 5, allowed)."""
+    g = Golden("consumers_read_nothing", guarantee="at-most-once", consumers=[{"group": "g"}],
+               counts={"not_delivered": 5}, status="error")
+    g.event(0, "start", 0)
+    vids = [g.acked(0, s, s * 10) for s in range(5)]
+    g.value_ids = {"not_delivered": vids}
+    return g
+
+
+def observed_duplicates() -> Golden:
+    """d's first write (offset 1) lost its ack, the retry was acked at 2 and the consumer read both
+    copies; then an unclean election truncated the log to [0, 2), so the final log holds d once.
+    exactly-once: fail (observed_duplicates 1). Before issue 36: every count 0, pass."""
+    g = Golden("observed_duplicates", guarantee="exactly-once", consumers=[{"group": "g"}],
+               counts={"observed_duplicates": 1}, status="fail")
+    g.event(0, "assign", 0, [0])
+    a = g.acked(0, 0, 0)
+    d = g.send(0, 1, 10, offset=2)
+    g.log(0, 1, d)
+    g.read(0, 0, 0, a, 100)
+    g.read(0, 0, 1, d, 101, new_poll=False)
+    g.read(0, 0, 2, d, 102, new_poll=False)
+    g.value_ids = {"observed_duplicates": [d]}
+    return g
+
+
+def control_also_found() -> Golden:
+    """The `lost` history as a negative control claiming exactly-once that must detect `lost`: it passes,
+    and its ack_offset_mismatch and inconsistent_offsets, which the guarantee forbids, are reported as
+    "also found (forbidden by the guarantee)". Before issue 36: pass, both printed as `allowed`."""
+    g = lost()
+    g.name, g.guarantee, g.status = "control_also_found", "exactly-once", "pass"
+    g.expect = {"outcome": "detect", "detect": ["lost"]}
+    g.analysis_from = "lost"
+    return g
+
+
+def violation_not_exercised() -> Golden:
+    """The `lost` history whose kill fault left no node state after the injection (effect unconfirmed):
+    the loss is a violation all the same, fail, with the unconfirmed fault named beside it.
+    Before issue 36: error ("not exercised: ... the run tested nothing it claims"), the loss underneath."""
+    g = lost()
+    g.name = "violation_not_exercised"
+    g.rows["faults"][0]["effect"] = json.dumps({})
+    return g
+
+
+# Issue 36.2 and 36.4 (registered apart from the list above, which other changes extend too).
+GOLDENS.update({f.__name__: f for f in (poll_skip_kept, poll_inversion)})
+
+# Issue 36.1, .3, .5, .7 and .8.
+GOLDENS.update({f.__name__: f for f in (
+    many_values_at_one_offset, empty_run, consumers_read_nothing, observed_duplicates, control_also_found,
+    violation_not_exercised,
+)})
+
+

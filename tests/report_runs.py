@@ -197,6 +197,7 @@ def timeseries_rows(sends: list[dict]) -> list[dict]:
 
 KIND_CLASSES = {"lost": "hard", "lost_unconfirmed": "soft", "unseen": "incomplete", "not_delivered": "soft",
                 "duplicates": "soft", "redeliveries": "soft", "aborted_reads": "hard", "dirty_reads": "soft",
+                "observed_duplicates": "soft",
                 "indefinite_landed": "info", "inconsistent_offsets": "hard", "ack_offset_mismatch": "hard",
                 "reordering": "soft", "poll_skips": "soft", "poll_rewinds": "soft", "unknown_values": "hard",
                 "undelivered_attempts": "soft"}

@@ -84,7 +84,7 @@ def test_verdict(runs, name):
 
 @pytest.mark.spark
 @pytest.mark.parametrize("name", [n for n, g in GOLDENS.items() if g.counts and g.analysis_from is None
-                                  and "unseen" not in g.counts])
+                                  and g.status != "error"])  # unseen, nothing to judge: never judged
 def test_each_guarantee_fails_exactly_when_it_forbids(runs, name):
     """The suites (through GX) fail a history under a guarantee iff the policy forbids one of its anomalies."""
     for guarantee in GUARANTEES:
@@ -221,6 +221,37 @@ def _table(path: Path):
     """A result table in a canonical row order (Spark's partitioning decides the written order)."""
     frame = pq.read_table(path).to_pandas()
     return frame.sort_values(list(frame.columns), kind="stable", key=lambda c: c.astype(str)).reset_index(drop=True)
+
+@pytest.mark.spark
+def test_verdict_truth_issue_36(runs):
+    """Every value at a contested offset, duplicates only the acks and reads saw, empty runs, forbidden
+    anomalies in a negative control, and a violation beside an unconfirmed fault."""
+    g = GOLDENS["many_values_at_one_offset"]
+    rows = anomalies_of(runs["many_values_at_one_offset"])
+    (incons,) = rows[rows["kind"] == "inconsistent_offsets"]["value_ids"]
+    assert sorted(incons) == sorted(g.value_ids["lost"] + [max(g.value_ids["lost"]) + (1 << 32)])  # all ten
+    mism = rows[rows["kind"] == "ack_offset_mismatch"]
+    assert sorted(mism["value_id"]) == g.value_ids["lost"] and set(mism["offset"]) == {0}
+
+    (dup,) = anomalies_of(runs["observed_duplicates"]).itertuples()
+    assert list(dup.offsets) == [1, 2] and "observed at offsets 1, 2 of partition 0" in dup.detail
+    values = pq.read_table(runs["observed_duplicates"] / "analysis" / "values.parquet").to_pandas()
+    assert values["observed_duplicate"].sum() == 1 and not values["duplicate"].any()
+
+    assert validate(runs["empty_run"], data_docs=False).errors == [
+        "nothing to judge: 0 sends; the run tested nothing it claims"]
+    assert "read nothing at all" in validate(runs["consumers_read_nothing"], data_docs=False).errors[0]
+
+    control = validate(runs["control_also_found"], data_docs=False)
+    assert {r.anomaly for r in control.rows if r.also_found} == {"inconsistent_offsets", "ack_offset_mismatch"}
+    text = format_result(control)
+    assert text.count("also found (forbidden by the guarantee)") == 2 and "allowed" not in text
+
+    failed = validate(runs["violation_not_exercised"], data_docs=False)
+    assert failed.status == "fail" and failed.errors == []
+    (why,) = failed.unconfirmed
+    assert "kill leader:0 (f1)" in why and f"unconfirmed: {why}" in format_result(failed)
+
 
 
 @pytest.mark.long

@@ -63,8 +63,8 @@ VALUE_FLAGS: dict[str, str] = {
     "unseen": "unseen",
     "not_delivered": "not_delivered",
     "duplicates": "duplicate",
-    "aborted_reads": "aborted_read",
     "observed_duplicates": "observed_duplicate",
+    "aborted_reads": "aborted_read",
     "dirty_reads": "dirty_read",
     "indefinite_landed": "indefinite_landed",
     "unknown_values": "unknown_value",
@@ -465,9 +465,9 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
          .withColumn("lost", missing & F.col("reachable") & (F.col("acks") != 0))
          .withColumn("lost_unconfirmed", missing & F.col("reachable") & (F.col("acks") == 0))
          .withColumn("duplicate", log_count > 1)
+         .withColumn("observed_duplicate", observed_duplicate())
          .withColumn("not_delivered", F.lit(ctx.has_consumers) & in_log & (read_any != F.lit(ctx.groups_mask)))
          # Definitely not written, yet seen anywhere; or rolled back, yet committed or read read_committed.
-         .withColumn("observed_duplicate", observed_duplicate())
          .withColumn("aborted_read", (failed & (in_log | (F.col("read_count") > 0)))
                      | (aborted & (in_log | (F.col("read_rc_count") > 0))))
          # Rolled back, and a read_uncommitted consumer processed it.
@@ -487,13 +487,13 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
     for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "observed_duplicate", "not_delivered", "aborted_read",
               "dirty_read", "indefinite_landed", "unknown_value", "undelivered", "position_suspect"):
         v = v.withColumn(c, F.coalesce(F.col(c), F.lit(False)))
-    return v.select(
-        "value_id", "producer", "seq", "key", "partition", "outcome", "ack_offset", "error_name", "acks",
     # Where an observed duplicate was seen (null for every other value: a sparse column).
     seen_at = F.array_sort(F.array_distinct(F.array_compact(F.array(
         F.when((F.col("outcome") == "ok") & (F.col("ack_offset") >= 0), F.col("ack_offset")), F.col("log_offset"),
         F.col("read_offset_min"), F.col("read_offset_max")))))
     v = v.withColumn("observed_offsets", F.when(F.col("observed_duplicate"), seen_at))
+    return v.select(
+        "value_id", "producer", "seq", "key", "partition", "outcome", "ack_offset", "error_name", "acks",
         "txn_id", "txn_outcome", "intended_ns", "send_ns", "complete_ns",
         "log_count", "log_partition", "log_offset", "log_offset_max",
         "read_count", "read_rc_count", "groups_mask", "first_read_ns", "delivered_ns", "delivery_deadline_ns",
@@ -503,8 +503,6 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
     )
 
 
-def position_suspect() -> Column:
-    """Over classify_values' columns: the value has an ack or a read somewhere other than its one
 def observed_duplicate() -> Column:
     """Over classify_values' columns: the value was seen at two or more positions (partition, offset) across
     its ack, its reads and the committed log, yet is at most once in that log (else it is a `duplicate`):
@@ -528,6 +526,8 @@ def observed_duplicate() -> Column:
     return (F.col("log_count") <= 1) & F.greatest(*[F.coalesce(t, F.lit(False)) for t in terms])
 
 
+def position_suspect() -> Column:
+    """Over classify_values' columns: the value has an ack or a read somewhere other than its one
     position in the committed log, or a group read it more than once. Only offsets where such a
     value, or a foreign record, sits can be offset anomalies (docs/analysis.md, "Offset checks")."""
     def at_log_position(partition: Column, offset: Column) -> Column:
@@ -564,13 +564,13 @@ def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
         "duplicates": F.format_string("%s copies in the committed log of partition %s, offsets %s..%s",
                                       F.col("log_count"), F.col("log_partition"), F.col("log_offset"),
                                       F.col("log_offset_max")),
-        "aborted_reads": F.format_string("send outcome=%s txn_outcome=%s, yet in the committed log %s times and read "
-                                         "%s times (%s of them read_committed)", F.col("outcome"),
         "observed_duplicates": F.format_string(
             "observed at offsets %s of partition %s across its ack (%s), its reads and the committed log (%s); "
             "the final log holds %s copy", F.array_join(F.col("observed_offsets").cast("array<string>"), ", "),
             where, F.coalesce(F.col("ack_offset").cast("string"), F.lit("none")),
             F.coalesce(F.col("log_offset").cast("string"), F.lit("none")), F.col("log_count")),
+        "aborted_reads": F.format_string("send outcome=%s txn_outcome=%s, yet in the committed log %s times and read "
+                                         "%s times (%s of them read_committed)", F.col("outcome"),
                                          F.col("txn_outcome"), F.col("log_count"), F.col("read_count"),
                                          F.col("read_rc_count")),
         "dirty_reads": F.format_string("value of aborted transaction %s read %s times by read_uncommitted consumers",
@@ -598,9 +598,9 @@ def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
     return flagged.select(
         "kind", "value_id", "producer", where.cast("int").alias("partition"), offset.alias("offset"),
         F.when(is_dup, F.array(F.col("log_offset"), F.col("log_offset_max")))
+         .when(F.col("kind") == "observed_duplicates", F.col("observed_offsets"))
          .otherwise(F.when(offset.isNotNull(), F.array(offset))).alias("offsets"),
         F.lit(None).cast("array<bigint>").alias("value_ids"),
-         .when(F.col("kind") == "observed_duplicates", F.col("observed_offsets"))
         F.lit(None).cast("int").alias("consumer"), F.lit(None).cast("int").alias("consumer_pid"),
         F.lit(None).cast("string").alias("group"),
         t_start.alias("t_start_ns"), t_end.alias("t_end_ns"), detail.alias("detail"))
@@ -816,6 +816,10 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
     agg = obs.groupBy("partition", "offset").agg(
         F.min(vid).alias("vmin"), F.max(vid).alias("vmax"),
         F.min(F.when(src == 0, vid)).alias("ack_min"), F.max(F.when(src == 0, vid)).alias("ack_max"),
+        # Every distinct value, not just the extremes: three or more can meet at one offset (one per
+        # unclean election), and only suspect offsets are aggregated, so the sets stay small.
+        F.array_sort(F.collect_set(F.when(src == 0, vid))).alias("ack_vids"),
+        F.array_sort(F.collect_set(vid)).alias("vids"),
         _count(src == 0).alias("n_ack"),
         F.max(F.when(src == 1, vid)).alias("log_vid"), _count(src == 1).alias("n_log"),
         F.min("t0").alias("t_start_ns"), F.min("t1").alias("t_end_ns"),
@@ -826,10 +830,6 @@ def offset_anomalies(sends: DataFrame, audit: DataFrame, reads: DataFrame, ctx: 
         (F.col("vmin") != F.col("vmax"))
         | ((F.col("n_ack") > 0) & ((F.col("n_log") == 0) | (F.col("log_vid") != F.col("ack_min"))
                                    | (F.col("ack_min") != F.col("ack_max"))))
-        # Every distinct value, not just the extremes: three or more can meet at one offset (one per
-        # unclean election), and only suspect offsets are aggregated, so the sets stay small.
-        F.array_sort(F.collect_set(F.when(src == 0, vid))).alias("ack_vids"),
-        F.array_sort(F.collect_set(vid)).alias("vids"),
         | (max_reads > 1)).persist()
     ctx.cached.append(suspicious)
 

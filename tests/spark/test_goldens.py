@@ -207,22 +207,6 @@ def test_data_docs_and_format(runs):
 
 
 @pytest.mark.spark
-def test_validate_without_analysis_is_an_error(tmp_path):
-    run = golden.clean().write(tmp_path / "run")
-    result = validate(run)
-    assert result.status == "error" and "no analysis" in result.errors[0]
-
-
-
-
-# --------------------------------------------------------------------------- spark: on a real cluster
-
-def _table(path: Path):
-    """A result table in a canonical row order (Spark's partitioning decides the written order)."""
-    frame = pq.read_table(path).to_pandas()
-    return frame.sort_values(list(frame.columns), kind="stable", key=lambda c: c.astype(str)).reset_index(drop=True)
-
-@pytest.mark.spark
 def test_verdict_truth_issue_36(runs):
     """Every value at a contested offset, duplicates only the acks and reads saw, empty runs, forbidden
     anomalies in a negative control, and a violation beside an unconfirmed fault."""
@@ -252,6 +236,22 @@ def test_verdict_truth_issue_36(runs):
     (why,) = failed.unconfirmed
     assert "kill leader:0 (f1)" in why and f"unconfirmed: {why}" in format_result(failed)
 
+
+@pytest.mark.spark
+def test_validate_without_analysis_is_an_error(tmp_path):
+    run = golden.clean().write(tmp_path / "run")
+    result = validate(run)
+    assert result.status == "error" and "no analysis" in result.errors[0]
+
+
+
+
+# --------------------------------------------------------------------------- spark: on a real cluster
+
+def _table(path: Path):
+    """A result table in a canonical row order (Spark's partitioning decides the written order)."""
+    frame = pq.read_table(path).to_pandas()
+    return frame.sort_values(list(frame.columns), kind="stable", key=lambda c: c.astype(str)).reset_index(drop=True)
 
 
 @pytest.mark.long

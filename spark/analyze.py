@@ -728,22 +728,31 @@ WRITES_SCHEMA = _schema(
 
 def attribute_causes(spark: SparkSession, anomalies: DataFrame, writes: list[dict[str, Any]]) -> DataFrame:
     """Add `cause_fault_id`/`cause`: set on ATTRIBUTED_KINDS rows whose first log copy
-    (`offset`) lies in an unacknowledged write of the same partition, else null."""
+    (`offset`) lies in an unacknowledged write of the same partition, or, for a duplicate,
+    whose last copy does (the retry landed first: a request pipelined on a connection a
+    reset broke was written after the client's retry on a new one), else null."""
     if not writes:
         return (anomalies.withColumn("cause_fault_id", F.lit(None).cast("string"))
                 .withColumn("cause", F.lit(None).cast("string")))
     w = spark.createDataFrame([(x["partition"], x["first_offset"], x["last_offset"], x["cause_fault_id"],
-                                cause_text(x)) for x in writes], WRITES_SCHEMA).alias("w")
+                                cause_text(x)) for x in writes], WRITES_SCHEMA)
+    later = w.select(*[F.col(c).alias(f"l_{c}") for c in w.columns])
+    w = w.alias("w")
     a = anomalies.alias("a")
     hit = ((F.col("a.kind").isin(*ATTRIBUTED_KINDS)) & (F.col("a.partition") == F.col("w.partition"))
            & F.col("a.offset").between(F.col("w.first_offset"), F.col("w.last_offset")))
-    # Writes never overlap within a partition, so each anomaly matches at most one.
-    joined = a.join(F.broadcast(w), hit, "left")
-    detail = F.when(F.col("w.cause").isNotNull(), F.concat_ws("; ", F.col("a.detail"), F.col("w.cause"))) \
-        .otherwise(F.col("a.detail"))
+    hit_later = ((F.col("a.kind") == "duplicates") & F.col("w.cause").isNull()
+                 & (F.col("a.partition") == F.col("l_partition"))
+                 & F.element_at("a.offsets", -1).between(F.col("l_first_offset"), F.col("l_last_offset")))
+    # Writes never overlap within a partition, so each anomaly matches at most one per join.
+    joined = a.join(F.broadcast(w), hit, "left").join(F.broadcast(later), hit_later, "left")
+    cause = F.coalesce(F.col("w.cause"), F.regexp_replace(
+        F.col("l_cause"), "^first copy is", "later copy (the retry landed first) is"))
+    detail = F.when(cause.isNotNull(), F.concat_ws("; ", F.col("a.detail"), cause)).otherwise(F.col("a.detail"))
     cols = [F.col(f"a.{c}") for c in anomalies.columns if c != "detail"]
-    return joined.select(*cols, detail.alias("detail"), F.col("w.cause_fault_id").alias("cause_fault_id"),
-                         F.col("w.cause").alias("cause"))
+    return joined.select(*cols, detail.alias("detail"),
+                         F.coalesce(F.col("w.cause_fault_id"), F.col("l_cause_fault_id")).alias("cause_fault_id"),
+                         cause.alias("cause"))
 
 
 def attribution_metrics(anomalies: DataFrame, writes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -365,6 +365,56 @@ def redeliveries() -> Golden:
     for o in range(4):
         g.read(0, 0, o, vids[o], 110 + o, pid=3000)
     g.event(0, "crash", 120, pid=3000)
+def reset_in_flight_attribution() -> Golden:
+    """Issue 36.6: the duplicates of every Produce request in flight at a lost ack's reset are attributed.
+
+    A Java producer without idempotence had five requests in flight on one connection (correlation
+    ids 1-5) when the proxy dropped the answer to the first and reset the connection; the client
+    sent all five again, and every value landed twice. The second answer was in the proxy at the
+    reset; the broker answered the third and fifth after it, and the proxy, reading the broker
+    connection on, reported what it wrote (`after_reset`); the fourth answer never came (no base
+    offsets: its copy stays unattributed). The fifth was written after the client's retry of it
+    (offsets 11, then 12): its duplicate's later copy is the unacknowledged write. The
+    `proxy_events` rows come from the proxy's own events through the run's assembly. Today's
+    analysis attributes 4 of the 6 duplicates (not the one whose retry landed first), and today's
+    proxy gave the third and fifth no results: 2 of 6.
+    """
+    from kafkaproof.run.assemble import proxy_event_rows
+
+    g = Golden("reset_in_flight_attribution", consumers=[{"group": "g"}], counts={"duplicates": 6})
+    g.fault("la", "lost_ack", 5, 60, target="all", params={"reset": True})
+    g.event(0, "assign", 0, [0])
+    g.acked(0, 0, 0)
+    a, b, c1, c2, e, f = (g.send(0, seq, 10 + seq, offset=5 + seq) for seq in range(1, 7))
+    for off, vid in enumerate((a, b, c1, c2, e, a, b, c1, c2, e, f, f), start=1):
+        g.log(0, off, vid)
+
+    def event(t_ms: float, correlation_id: int, phase: str, offset: int | None, count: int,
+              **detail: Any) -> dict[str, Any]:
+        if offset is not None:
+            detail["results"] = [{"topic": "t", "partition": 0, "error_code": 0, "error": "NONE",
+                                  "base_offset": offset}]
+        return {"event": "fault", "ts_ns": ns(t_ms), "rule_id": "la", "action": "lost_ack", "phase": phase,
+                "broker": 1, "proxy": "10.77.1.1:9092", "conn": 7, "client_id": "producer-1", "api": "produce",
+                "api_key": 0, "api_version": 9, "correlation_id": correlation_id,
+                "topics": [{"topic": "t", "partitions": [0], "record_counts": [count]}], "detail": detail}
+
+    g.rows["proxy_events"] = proxy_event_rows([
+        event(12, 1, "request_forwarded", None, 1, reset=True),
+        event(14, 1, "response_dropped", 1, 1, reset=True),
+        event(15, 2, "response_discarded", 2, 1, caused_by="response_dropped", response_received=True),
+        event(15, 4, "response_discarded", None, 1, caused_by="response_dropped", response_received=False),
+        event(17, 3, "response_discarded", 3, 2, caused_by="response_dropped", response_received=True,
+              after_reset=True),
+        event(19, 5, "response_discarded", 12, 1, caused_by="response_dropped", response_received=True,
+              after_reset=True),
+    ], {"la"})
+    g.read_all(0, 0, 100)
+    g.value_ids = {"duplicates": [a, b, c1, c2, e, f]}
+    g.causes = {a: "la", b: "la", c1: "la", c2: "la", e: None, f: "la"}
+    return g
+
+
     g.event(0, "assign", 200, [0], pid=3001, incarnation=1)
     for o in range(2, 6):
         g.read(0, 0, o, vids[o], 210 + o, pid=3001, incarnation=1)
@@ -703,3 +753,7 @@ def write_all(root: Path) -> dict[str, Path]:
 def needs_analysis(goldens: dict[str, Golden]) -> list[str]:
     """Goldens whose ledger is their own (the others reuse the analysis of `analysis_from`)."""
     return [name for name, g in goldens.items() if g.analysis_from is None]
+
+
+# Issue 36.6.
+GOLDENS[reset_in_flight_attribution.__name__] = reset_in_flight_attribution

@@ -197,6 +197,22 @@ def test_duplicates_are_attributed_to_the_lost_ack_that_caused_them(runs):
 
 
 @pytest.mark.spark
+def test_duplicates_of_every_request_in_flight_at_a_reset_are_attributed(runs):
+    g = GOLDENS["reset_in_flight_attribution"]
+    rows = anomalies_of(runs["reset_in_flight_attribution"])
+    assert {int(r["value_id"]): r["cause_fault_id"] for _, r in rows.iterrows()} == g.causes
+    after = rows[rows["offset"] == 3].iloc[0]  # the answer the broker gave after the reset
+    assert "offsets 3..4" in after["cause"] and "correlation id 3" in after["cause"]
+    assert "discarded when the fault proxy reset the connection" in after["cause"]
+    overtaken = rows[rows["offset"] == 11].iloc[0]  # its retry landed first: the later copy is the lost write
+    assert overtaken["cause"].startswith("later copy (the retry landed first) is the write at offsets 12..12")
+    assert overtaken["cause"] in overtaken["detail"]
+    att = metrics_of(runs["reset_in_flight_attribution"])["attribution"]
+    assert att["unacknowledged_writes"] == 4 and att["unacknowledged_records"] == 5
+    assert att["kinds"]["duplicates"] == {"attributed": 5, "unattributed": 1, "by_fault": {"la": 5}}
+
+
+@pytest.mark.spark
 def test_data_docs_and_format(runs):
     result = validate(runs["lost"])
     assert result.data_docs is not None and result.data_docs.exists()

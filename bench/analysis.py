@@ -204,6 +204,7 @@ def generate(n: int, seed: int = 7) -> Ledger:
     reads["poll_id"] = (np.arange(m) - start_of).astype(np.int64)
     reads["read_ns"] = T0 + (reads["offset"] * (DURATION_NS // max(1, n // P))) + 50 * MS + reads["poll_id"]
     reads["generation"] = np.ones(m, np.int32)
+    reads["poll_seq"] = np.zeros(m, np.int32)  # one record per poll
     procs = np.unique(np.stack([reads["consumer"], reads["consumer_pid"], reads["incarnation"]]), axis=1)
     events = {"consumer": procs[0].astype(np.int32), "consumer_pid": procs[1].astype(np.int32),
               "incarnation": procs[2].astype(np.int32), "ts_ns": np.full(procs.shape[1], T0 - MS)}
@@ -243,7 +244,8 @@ def write_ledger(ledger: Ledger, run_dir: Path) -> None:
         "timestamp_ms": np.zeros(2 * m, np.int64)})
     r = ledger.reads
     _write(run_dir, "reads", {c: r[c] for c in ("consumer", "consumer_pid", "incarnation", "generation",
-                                                 "partition", "offset", "value_id", "read_ns", "poll_id")})
+                                                 "partition", "offset", "value_id", "read_ns", "poll_id",
+                                                 "poll_seq")})
     e = ledger.events
     j = len(e["ts_ns"])
     _write(run_dir, "consumer_events", {

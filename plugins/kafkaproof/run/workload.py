@@ -69,6 +69,27 @@ def classify_delivery(error_name: str | None, partition: int) -> str:
     return "indefinite"
 
 
+def assignment_after(current: list[int], event: str, partitions: list[int], incremental: bool) -> list[int]:
+    """Pure: a consumer's whole assignment (sorted) after rebalance `event` (assign/revoke/lost) names `partitions`.
+
+    An eager rebalance revokes everything and assigns the whole new set; an incremental one
+    (cooperative-sticky, the consumer group protocol) names only the partitions it moves, so an
+    assign adds to what the consumer kept.
+    """
+    if event == "assign":
+        return sorted(set(partitions) | set(current if incremental else ()))
+    if event in ("revoke", "lost"):
+        return sorted(set(current) - set(partitions))
+    raise ValueError(f"not a rebalance event: {event!r} (assign, revoke or lost)")
+
+
+def incremental_rebalances(conf: dict[str, Any]) -> bool:
+    """Pure: whether a librdkafka consumer of this config rebalances incrementally (its callbacks name only
+    the partitions that move): the cooperative-sticky assignor or the consumer group protocol (KIP-848)."""
+    strategy = str(conf.get("partition.assignment.strategy", "")).lower()
+    return "cooperative" in strategy or str(conf.get("group.protocol", "classic")).lower() == "consumer"
+
+
 class StreamWriter:
     """Appends rows to an Arrow IPC stream file in batches; each flush is one write() call.
 
@@ -294,12 +315,15 @@ class Notifier:
             host, port = address.rsplit(":", 1)
             self.target = (host, int(port))
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            # Connected: bound to loopback and deaf to other senders. A bare sendto() binds the socket to
+            # every interface (0.0.0.0), where anyone could send to it.
+            self.sock.connect(self.target)
 
     def send(self, **event: Any) -> None:
         if self.sock is None:
             return
         try:
-            self.sock.sendto(json.dumps(event).encode(), self.target)
+            self.sock.send(json.dumps(event).encode())
         except OSError:
             pass  # the runner is gone or busy: notifications are best effort
 
@@ -500,22 +524,29 @@ def run_consumer(spec: dict) -> int:
     progress = out / f"consumer-{index}-{inc}.progress.json"
     counts = {"read": 0, "polls": 0, "rebalances": 0, "commits": 0, "commit_errors": 0}
     generation = -1 if spec.get("mode") == "assign" else 0
+    assigned: list[int] = []
 
-    def event(name: str, partitions=(), offsets=None, success=None, error=None) -> None:
-        events.append(index, pid, inc, time.monotonic_ns(), name, list(partitions), offsets, success, error)
+    def event(name: str, partitions=(), offsets=None, success=None, error=None, after=None) -> None:
+        events.append(index, pid, inc, time.monotonic_ns(), name, list(partitions), offsets, success, error, after)
         events.flush()
+
+    def rebalanced(name: str, parts) -> None:
+        nonlocal assigned
+        partitions = [p.partition for p in parts]
+        assigned = assignment_after(assigned, name, partitions, incremental)
+        event(name, partitions, after=assigned)
 
     def on_assign(consumer, parts) -> None:
         nonlocal generation
         generation += 1
         counts["rebalances"] += 1
-        event("assign", [p.partition for p in parts])
+        rebalanced("assign", parts)
 
     def on_revoke(consumer, parts) -> None:
-        event("revoke", [p.partition for p in parts])
+        rebalanced("revoke", parts)
 
     def on_lost(consumer, parts) -> None:
-        event("lost", [p.partition for p in parts])
+        rebalanced("lost", parts)
 
     def on_commit(err, parts) -> None:
         ok = err is None and all(p.error is None for p in parts)
@@ -530,11 +561,12 @@ def run_consumer(spec: dict) -> int:
             "enable.auto.commit": strategy == "auto", "isolation.level": spec.get("isolation_level", "read_committed"),
             "on_commit": on_commit, "log_level": 3, **spec.get("config", {})}
     consumer = Consumer(conf)
+    incremental = incremental_rebalances(conf)
     event("start")
     if spec.get("mode") == "assign":
         parts = [TopicPartition(spec["topic"], p) for p in spec["partitions"]]
         consumer.assign(parts)
-        event("assign", spec["partitions"])
+        event("assign", spec["partitions"], after=sorted(spec["partitions"]))
     else:
         consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
 
@@ -549,15 +581,17 @@ def run_consumer(spec: dict) -> int:
                 event("commit", success=False, error=str(e))
 
     def record(batch, now: int, poll_id: int) -> None:
+        seq = 0  # the records' order as the client returned them (the analysis checks it)
         for m in batch:
             if m.error() is not None:
                 continue
             key = m.key()
             reads.append(index, pid, inc, generation, m.partition(), m.offset(),
                          key.decode(errors="replace") if key is not None else None,
-                         decode_value_id(m.value()), now, poll_id)
+                         decode_value_id(m.value()), now, poll_id, seq)
+            seq += 1
         reads.flush()
-        counts["read"] += sum(1 for m in batch if m.error() is None)
+        counts["read"] += seq
 
     def report_progress() -> None:
         # Next fetch positions (past transaction markers too): the runner compares them with the high watermarks.

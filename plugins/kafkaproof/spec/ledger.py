@@ -48,6 +48,8 @@ READS = pa.schema([
     ("value_id", pa.int64()),
     ("read_ns", pa.int64()),
     ("poll_id", pa.int64()),
+    # Appended last (older readers and the Java driver's TSV keep their column order); null in older runs.
+    ("poll_seq", pa.int32()),  # position of the record in what its poll returned, in the client's order
 ])
 
 CONSUMER_EVENTS = pa.schema([
@@ -60,6 +62,9 @@ CONSUMER_EVENTS = pa.schema([
     ("offsets", pa.list_(pa.int64())),
     ("success", pa.bool_()),
     ("error", pa.string()),
+    # assign/revoke/lost: the process's whole assignment after the event (a cooperative rebalance
+    # names only the partitions it moves); null for other events and in runs before the column.
+    ("assigned", pa.list_(pa.int32())),
 ])
 
 AUDIT = pa.schema([

@@ -13,6 +13,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
@@ -64,6 +65,8 @@ final class ConsumerWorker {
     private long commits;
     private long commitErrors;
     private final Map<String, Long> positions = new TreeMap<>();
+    // The whole assignment after the last rebalance event (a cooperative rebalance names only what moves).
+    private int[] assigned = new int[0];
 
     ConsumerWorker(Spec spec, Lifecycle lc) {
         this.spec = spec;
@@ -126,11 +129,39 @@ final class ConsumerWorker {
         return a;
     }
 
+    /**
+     * The whole assignment (sorted) after a rebalance event ({@code assign}, {@code revoke} or {@code lost})
+     * naming {@code parts}. The listener hears every partition that leaves (an eager rebalance revokes all
+     * before it assigns the new set), so an assign adds to what is kept and a revoke or loss removes.
+     */
+    static int[] assignmentAfter(int[] current, String event, int[] parts) {
+        boolean assign = "assign".equals(event);
+        if (!assign && !"revoke".equals(event) && !"lost".equals(event)) {
+            throw new IllegalArgumentException("not a rebalance event: " + event + " (assign, revoke or lost)");
+        }
+        TreeSet<Integer> after = new TreeSet<>();
+        for (int p : current) {
+            after.add(p);
+        }
+        for (int p : parts) {
+            if (assign) {
+                after.add(p);
+            } else {
+                after.remove(p);
+            }
+        }
+        return after.stream().mapToInt(Integer::intValue).toArray();
+    }
+
     /** Records one consumer event and hands it to the OS at once (events are few and precious). */
     private void event(String name, int[] parts, long[] offsets, Boolean success, String error) {
+        event(name, parts, offsets, success, error, null);
+    }
+
+    private void event(String name, int[] parts, long[] offsets, Boolean success, String error, int[] after) {
         synchronized (events) {
             events.l(index).l(pid).l(incarnation).l(System.nanoTime()).s(name).ints(parts).longs(offsets)
-                    .b(success).s(error).end();
+                    .b(success).s(error).ints(after).end();
         }
         try {
             events.flush();
@@ -201,12 +232,13 @@ final class ConsumerWorker {
     }
 
     private void record(ConsumerRecords<byte[], byte[]> batch, long now, long pollId) throws IOException {
+        int seq = 0;
         synchronized (reads) {
             for (ConsumerRecord<byte[], byte[]> r : batch) {
                 byte[] key = r.key();
                 reads.l(index).l(pid).l(incarnation).l(generation).l(r.partition()).l(r.offset())
                         .s(key == null ? null : new String(key, StandardCharsets.UTF_8))
-                        .l(Payload.decode(r.value())).l(now).l(pollId).end();
+                        .l(Payload.decode(r.value())).l(now).l(pollId).l(seq++).end();  // seq: the client's order
             }
         }
         reads.flush();  // on disk before the commit that follows
@@ -253,10 +285,16 @@ final class ConsumerWorker {
         }
     }
 
+    private void rebalanced(String name, Collection<TopicPartition> parts) {
+        int[] ps = partitions(parts);
+        assigned = assignmentAfter(assigned, name, ps);
+        event(name, ps, null, null, null, assigned);
+    }
+
     private final class Listener implements ConsumerRebalanceListener {
         @Override
         public void onPartitionsRevoked(Collection<TopicPartition> parts) {
-            event("revoke", partitions(parts), null, null, null);
+            rebalanced("revoke", parts);
             for (TopicPartition tp : parts) {
                 consumed.remove(tp);
             }
@@ -266,12 +304,12 @@ final class ConsumerWorker {
         public void onPartitionsAssigned(Collection<TopicPartition> parts) {
             generation = consumer.groupMetadata().generationId();
             rebalances++;
-            event("assign", partitions(parts), null, null, null);
+            rebalanced("assign", parts);
         }
 
         @Override
         public void onPartitionsLost(Collection<TopicPartition> parts) {
-            event("lost", partitions(parts), null, null, null);
+            rebalanced("lost", parts);
             for (TopicPartition tp : parts) {
                 consumed.remove(tp);
             }
@@ -305,7 +343,8 @@ final class ConsumerWorker {
                 parts.add(new TopicPartition(topic, ((Number) p).intValue()));
             }
             consumer.assign(parts);
-            event("assign", partitions(parts), null, null, null);
+            assigned = partitions(parts);
+            event("assign", assigned, null, null, null, assigned);
         } else {
             consumer.subscribe(List.of(topic), new Listener());
         }

@@ -1,5 +1,6 @@
 package io.kafkaproof.driver;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -33,6 +34,19 @@ class DriverTest {
         assertEquals(Boolean.TRUE, m.get("c"));
         assertThrows(IllegalArgumentException.class, () -> Json.parse("{\"a\": 1,}"));
         assertThrows(IllegalArgumentException.class, () -> Json.parse("[1 2]"));
+    }
+
+    @Test
+    void assignmentAfterRebalanceEvents() {
+        int[] a = ConsumerWorker.assignmentAfter(new int[0], "assign", new int[] {2, 0});
+        assertArrayEquals(new int[] {0, 2}, a);
+        a = ConsumerWorker.assignmentAfter(a, "revoke", new int[] {2});  // cooperative: only what moves
+        assertArrayEquals(new int[] {0}, a);
+        a = ConsumerWorker.assignmentAfter(a, "assign", new int[] {1, 2});
+        assertArrayEquals(new int[] {0, 1, 2}, a);
+        a = ConsumerWorker.assignmentAfter(a, "lost", new int[] {0, 1, 2});
+        assertArrayEquals(new int[0], a);
+        assertThrows(IllegalArgumentException.class, () -> ConsumerWorker.assignmentAfter(new int[0], "commit", new int[] {1}));
     }
 
     @Test

@@ -45,6 +45,7 @@ class Golden:
     causes: dict[int, str | None] = field(default_factory=dict)  # value id -> cause_fault_id of its anomaly rows
     _next_offset: dict[int, int] = field(default_factory=dict)
     _poll: dict[int, int] = field(default_factory=dict)
+    _poll_seq: dict[int, int] = field(default_factory=dict)
 
     # ---- building blocks
     def send(self, producer: int, seq: int, t_ms: float, *, partition: int = 0, outcome: str = "ok",
@@ -86,18 +87,26 @@ class Golden:
         pid = 2000 + consumer if pid is None else pid
         if new_poll:
             self._poll[pid] = self._poll.get(pid, -1) + 1
+        self._poll_seq[pid] = 0 if new_poll else self._poll_seq.get(pid, -1) + 1
         self.rows["reads"].append({
             "consumer": consumer, "consumer_pid": pid, "incarnation": incarnation, "generation": 1,
             "partition": partition, "offset": offset, "key": None, "value_id": value_id, "read_ns": ns(t_ms),
-            "poll_id": self._poll.get(pid, 0)})
+            "poll_id": self._poll.get(pid, 0), "poll_seq": self._poll_seq[pid]})
+
+    def poll(self, consumer: int, partition: int, offsets: list[int], t_ms: float) -> None:
+        """One poll returning `offsets` of a partition in this order (all read at `t_ms`)."""
+        by_offset = {r["offset"]: r["value_id"] for r in self.rows["audit"] if r["partition"] == partition}
+        for i, o in enumerate(offsets):
+            self.read(consumer, partition, o, by_offset[o], t_ms, new_poll=i == 0)
 
     def event(self, consumer: int, event: str, t_ms: float, partitions: list[int] | None = None, *,
-              pid: int | None = None, incarnation: int = 0) -> None:
-        """A consumer lifecycle/rebalance event."""
+              pid: int | None = None, incarnation: int = 0, assigned: list[int] | None = None) -> None:
+        """A consumer lifecycle/rebalance event; `assigned`: the whole assignment after it (None: as in
+        runs written before the column existed)."""
         self.rows["consumer_events"].append({
             "consumer": consumer, "consumer_pid": 2000 + consumer if pid is None else pid, "incarnation": incarnation,
             "ts_ns": ns(t_ms), "event": event, "partitions": partitions, "offsets": None, "success": None,
-            "error": None})
+            "error": None, "assigned": assigned})
 
     def fault(self, fault_id: str, kind: str, start_ms: float, heal_ms: float | None, target: str = "leader:0",
               effect: dict[str, Any] | None = None, params: dict[str, Any] | None = None) -> None:
@@ -494,7 +503,10 @@ def reordering_allowed() -> Golden:
 
 
 def poll_skips() -> Golden:
-    """p1: consumer 0 jumps 1 -> 4 with no rebalance (2, 3 exist). p0: a jump excused by a rebalance."""
+    """p1: consumer 0 jumps 1 -> 4 with no rebalance (2, 3 exist). p0: a jump excused by a rebalance.
+
+    Its events have no `assigned` (as in runs written before the column): any rebalance event of the
+    process between the two reads excuses the jump, as it did before issue 36.2."""
     g = Golden("poll_skips", consumers=[{"group": "g"}, {"group": "g"}], counts={"poll_skips": 1}, status="fail")
     p0 = [g.acked(0, s, s, partition=0) for s in range(7)]
     p1 = [g.acked(1, s, s, partition=1) for s in range(6)]
@@ -529,6 +541,56 @@ def poll_rewinds() -> Golden:
     for o in range(2, 5):
         g.read(0, 0, o, vids[o], 20 + o)
     g.value_ids = {"poll_rewinds": [vids[2]], "redeliveries": [vids[2], vids[3]]}
+    return g
+
+
+def poll_skip_kept() -> Golden:
+    """Issue 36.2: a skip is excused only when its partition left the process's assignment in between.
+
+    Consumer 0 holds partitions 0 and 1. A cooperative rebalance takes partition 1 away (revoke [1],
+    assigned [0]) and gives it back (assign [1], assigned [0, 1]); partition 0 stays throughout.
+    Afterwards it jumps 2 -> 5 in partition 0 (a real skip: the partition never left it) and
+    1 -> 4 in partition 1 (excused: revoked and assigned again). Consumer 1 reads the skipped records.
+
+    Code before the fix (excused every gap with any rebalance event of the process in between):
+    0 poll_skips, validate PASS.
+    """
+    g = Golden("poll_skip_kept", consumers=[{"group": "g"}, {"group": "g"}], counts={"poll_skips": 1}, status="fail")
+    p0 = [g.acked(0, s, s, partition=0) for s in range(7)]
+    p1 = [g.acked(1, s, s, partition=1) for s in range(6)]
+    g.event(0, "assign", 0, [0, 1], assigned=[0, 1])
+    g.event(1, "assign", 0, [], assigned=[])
+    g.poll(0, 0, [0, 1, 2], 10)
+    g.poll(0, 1, [0, 1], 11)
+    g.event(0, "revoke", 20, [1], assigned=[0])
+    g.event(1, "assign", 20, [1], assigned=[1])
+    g.poll(1, 1, [2, 3], 22)
+    g.poll(1, 0, [3, 4], 23)  # (someone else delivers them)
+    g.event(1, "revoke", 24, [1], assigned=[])
+    g.event(0, "assign", 25, [1], assigned=[0, 1])
+    g.poll(0, 0, [5, 6], 30)  # skipped 3, 4 in a partition it kept
+    g.poll(0, 1, [4, 5], 31)  # skipped 2, 3 after partition 1 came back: excused
+    g.value_ids = {"poll_skips": [p0[5]]}
+    return g
+
+
+def poll_inversion() -> Golden:
+    """Issue 36.4: records a poll returned out of offset order (Jepsen's int-nonmonotonic-poll).
+
+    One consumer, one partition: polls [0, 1, 2], [5, 6, 3, 4] (6 -> 3 inverted), [7, 8, 9], [10, 11, 10]
+    (11 -> 10 inverted, offset 10 returned twice). Between polls it never goes back or skips: the
+    highest offset of a poll is followed by the next one's lowest.
+
+    Code before the fix (ordered a poll's records by offset): the second poll gave nothing at all,
+    the fourth a poll_rewinds (10 -> 10) and a redelivery; validate PASS (at-least-once allows rewinds).
+    """
+    g = Golden("poll_inversion", consumers=[{"group": "g"}], counts={"poll_inversion": 2, "redeliveries": 1},
+               status="fail")
+    vids = [g.acked(0, s, s) for s in range(12)]
+    g.event(0, "assign", 0, [0], assigned=[0])
+    for i, offsets in enumerate(([0, 1, 2], [5, 6, 3, 4], [7, 8, 9], [10, 11, 10])):
+        g.poll(0, 0, offsets, 10 + 10 * i)
+    g.value_ids = {"poll_inversion": [vids[3], vids[10]], "redeliveries": [vids[10]]}
     return g
 
 
@@ -737,6 +799,9 @@ GOLDENS: dict[str, Callable[[], Golden]] = {f.__name__: f for f in (
     acks0_offsets, dirty_reads, undelivered_attempts, undelivered_fixed, fault_without_effect, clock_timestamps,
 )}
 
+
+# Issue 36.2 and 36.4 (registered apart from the list above, which other changes extend too).
+GOLDENS.update({f.__name__: f for f in (poll_skip_kept, poll_inversion)})
 
 # Issue 36.1, .3, .5, .7 and .8.
 GOLDENS.update({f.__name__: f for f in (

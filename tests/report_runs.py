@@ -199,8 +199,8 @@ KIND_CLASSES = {"lost": "hard", "lost_unconfirmed": "soft", "unseen": "incomplet
                 "duplicates": "soft", "redeliveries": "soft", "aborted_reads": "hard", "dirty_reads": "soft",
                 "observed_duplicates": "soft",
                 "indefinite_landed": "info", "inconsistent_offsets": "hard", "ack_offset_mismatch": "hard",
-                "reordering": "soft", "poll_skips": "soft", "poll_rewinds": "soft", "unknown_values": "hard",
-                "undelivered_attempts": "soft"}
+                "reordering": "soft", "poll_skips": "soft", "poll_rewinds": "soft", "poll_inversion": "hard",
+                "unknown_values": "hard", "undelivered_attempts": "soft"}
 
 
 def metrics(anomalies: list[dict]) -> dict:

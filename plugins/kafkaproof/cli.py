@@ -42,8 +42,10 @@ def _positive_int(text: str) -> int:
 def cmd_cluster_up(args) -> int:
     from .cluster import ClusterConfig, ExternalCluster, start_cluster
     bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
+    _check_proxy_listen(args.proxy_listen, bootstrap)
     if bootstrap:
-        cluster = ExternalCluster.up(bootstrap, args.name, client_config=connection)
+        cluster = ExternalCluster.up(bootstrap, args.name, client_config=connection,
+                                     proxy_host=args.proxy_listen or LOOPBACK)
         print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())
         return 0
     cfg = ClusterConfig(name=args.name, brokers=args.brokers, controllers=args.controllers,
@@ -60,6 +62,13 @@ def cmd_cluster_up(args) -> int:
             from .cluster import state
             print(f"client config: {state.cluster_dir(cluster.name) / 'client.properties'}", file=sys.stderr)
     return 0
+
+
+def _check_proxy_listen(proxy_listen: str | None, bootstrap: str | None) -> None:
+    """--proxy-listen is where the proxies in front of an existing cluster listen: refused without one."""
+    if proxy_listen and not bootstrap:
+        raise ScenarioError("--proxy-listen is for the fault proxies in front of an existing cluster: give "
+                            "--bootstrap (or --client-config with bootstrap.servers) too")
 
 
 def _existing_cluster(bootstrap: str | None, client_config: str | None) -> tuple[str | None, dict | None]:
@@ -209,9 +218,11 @@ def cmd_run(args) -> int:
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
+    _check_proxy_listen(args.proxy_listen, bootstrap)
     result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
                                          kafka_version=args.kafka_version, brokers=args.brokers,
                                          bootstrap=bootstrap, client_config=connection, backend=args.backend,
+                                         proxy_listen=args.proxy_listen or LOOPBACK,
                                          upgrade_to=args.upgrade_to, seed=args.seed)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
@@ -363,6 +374,10 @@ def cmd_history(args) -> int:
 CLIENT_CONFIG_HELP = ("an existing cluster's client properties file (librdkafka names, as `name=value` lines): how "
                       "to connect (security.protocol, sasl.*, ssl.*); its bootstrap.servers is used without "
                       "--bootstrap. Every client gets it: producers, consumers, kafkaproof's admin client, the drain")
+LOOPBACK = "127.0.0.1"  # cluster.external.LOOPBACK, without importing the cluster package for the parser
+PROXY_LISTEN_HELP = ("with --bootstrap: the IPv4 address the fault proxies listen on and send clients to (default "
+                     f"{LOOPBACK}: this host only). Anyone who reaches it reaches the cluster through them, faults "
+                     "included (docs/security.md)")
 
 def build_parser() -> argparse.ArgumentParser:
     from .spec.cluster import CLUSTER_BACKENDS, JIT_MODES
@@ -409,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
                     help="do not start brokers: front the existing cluster at these bootstrap servers with one "
                          "fault proxy per broker (proxy faults only; `cluster down` stops the proxies)")
+    up.add_argument("--proxy-listen", metavar="ADDRESS", help=PROXY_LISTEN_HELP)
     up.add_argument("--security", choices=SECURITY_PROTOCOLS, default="PLAINTEXT",
                     help="local backend: the protocol of the brokers' CLIENT listeners; kafkaproof makes a user, and "
                          "for TLS a CA of the cluster's own, and writes client.properties in the cluster's "
@@ -463,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override cluster.backend: local (JVMs here) or compose (containers, compose/)")
     rn.add_argument("--bootstrap", help="use an existing cluster instead of a local one: proxy and consumer "
                                         "faults only (proxies are started on this host when the scenario needs them)")
+    rn.add_argument("--proxy-listen", metavar="ADDRESS", help=PROXY_LISTEN_HELP)
     rn.add_argument("--client-config", metavar="FILE", help=CLIENT_CONFIG_HELP)
     rn.add_argument("--salvage", metavar="RUN_DIR",
                     help="assemble the ledger of a run that ended before its drain (its runner killed), so it can "

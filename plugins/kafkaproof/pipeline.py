@@ -148,8 +148,8 @@ def owner_gone(name: str, dagrun_state: DagRunState | None = None, own_batch: st
     database when it is this Airflow's: not queued or
     running (Airflow stopped mid-night and the run failed, or was marked failed), or unknown there. A
     cluster of another Airflow on this host (another home) is gone when the task process that used it
-    last is dead and its state has not changed for `FOREIGN_OWNER_STALE_S`. A cluster without an
-    owner (an older kafkaproof's) is waited for, as before.
+    last is dead and its state has not changed for `FOREIGN_OWNER_STALE_S`; so is one without an owner
+    (an older kafkaproof's, or started by hand with the pipeline's name prefix).
     """
     try:
         st = state.load_state(name)
@@ -158,7 +158,9 @@ def owner_gone(name: str, dagrun_state: DagRunState | None = None, own_batch: st
         return None  # gone already, or being written: look again later
     owner = st.get("owner")
     if not owner:
-        return None
+        idle = time.time() - mtime
+        return (f"no owner recorded and nothing touched it for {idle / 60:.0f} min"
+                if idle >= FOREIGN_OWNER_STALE_S else None)
     if own_batch and owner.get("batch") == own_batch:
         return "an earlier scenario of this DAG run left it"
     if dagrun_state is not None and owner.get("airflow_home") == os.environ.get("AIRFLOW_HOME"):

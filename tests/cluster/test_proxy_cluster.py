@@ -27,6 +27,7 @@ from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.spec.scenario import load
 
+from exposure import Survey
 from support import fault_events
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -389,10 +390,15 @@ def test_a_scenario_on_an_existing_cluster_runs_its_proxy_faults_through_proxies
     path.write_text(yaml.safe_dump(doc))
     existing = cluster.direct_bootstrap()
     name = f"ext-t{uuid.uuid4().hex[:4]}"
-    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=existing, cluster_name=name)).execute()
+    with Survey() as survey:  # every listening socket of the run's processes, twice a second
+        result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=existing,
+                                                    cluster_name=name)).execute()
     assert result.status == "complete", result.error
+    assert not survey.exposed(), survey.report()  # loopback and kafkaproof's subnets only
     manifest = ledger.read_manifest(result.run_dir)
     assert manifest["direct_bootstrap"] == existing and manifest["bootstrap"].startswith("127.0.0.1:")
+    proxies = {n["proxy"]["address"] for n in manifest["cluster"]["nodes"]}
+    assert proxies <= {f"{l.address}:{l.port}" for l in survey.seen}, survey.report()
     assert manifest["cluster"]["backend"] == "external" and len(manifest["cluster"]["nodes"]) == 3
     (fault,) = ledger.read_table(result.run_dir, "faults").to_pylist()
     assert fault["kind"] == "lost_ack" and fault["proxy_fired"] >= 1

@@ -13,10 +13,14 @@ directly.
 
 Only proxy faults (and consumer faults) apply here: kafkaproof owns neither the
 brokers' processes nor their network.
+
+The proxies listen on loopback (127.0.0.1) unless told otherwise (`proxy_host`, the CLI's
+`--proxy-listen`): a proxy in front of a team's cluster is a way into it, with faults.
 """
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import shutil
 import socket
@@ -71,6 +75,25 @@ def discover_brokers(bootstrap: str, timeout_s: float = 15.0, client_config: Map
     return {b.id: (b.host, b.port) for b in md.brokers.values()}, md.cluster_id
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def check_proxy_listen(host: str) -> str:
+    """Pure: the address the proxies in front of an existing cluster listen on and advertise to clients;
+    ClusterError for what is not one IPv4 address (a wildcard cannot be advertised, and would listen on
+    every interface)."""
+    try:
+        ip = ipaddress.ip_address(host.strip())
+    except ValueError:
+        raise ClusterError(f"--proxy-listen {host!r}: give an IPv4 address of this host that clients reach "
+                           f"(default {LOOPBACK}: this host only)") from None
+    if ip.version != 4 or ip.is_unspecified:
+        raise ClusterError(f"--proxy-listen {host}: give one IPv4 address of this host that clients reach "
+                           f"(default {LOOPBACK}: this host only); a wildcard would listen on every interface, and "
+                           f"clients cannot be sent to it")
+    return str(ip)
+
+
 def free_ports(host: str, n: int) -> list[int]:
     """`n` distinct TCP ports free on `host` right now (bound, then released)."""
     socks = []
@@ -112,19 +135,29 @@ class ExternalCluster(StatefulCluster):
             raise ClusterError(f"cluster {name!r} is a local cluster, not an existing one")
 
     @classmethod
-    def up(cls, bootstrap: str, name: str, proxy: bool = True, proxy_host: str = "127.0.0.1",
+    def up(cls, bootstrap: str, name: str, proxy: bool = True, proxy_host: str = LOOPBACK,
            timeout_s: float = 30.0, client_config: Mapping[str, Any] | None = None) -> "ExternalCluster":
         """Attach to the cluster at `bootstrap`, connecting with `client_config` (security settings,
-        librdkafka names); with `proxy`, front it with one fault proxy per broker and wait until
-        clients get through them."""
+        librdkafka names); with `proxy`, front it with one fault proxy per broker, listening on `proxy_host`
+        (loopback unless told otherwise), and wait until clients get through them."""
         if state.state_path(name).exists():
             raise ClusterError(f"a cluster named {name!r} is already up; `kafkaproof cluster down --name {name}` first")
         client_config = dict(client_config or {})
         if proxy and uses_tls(client_config):
             raise ClusterError(PROXY_ON_TLS.format(protocol=security_protocol(client_config)))
+        proxy_host = check_proxy_listen(proxy_host)
         brokers, cluster_id = discover_brokers(bootstrap, timeout_s, client_config)
-        nodes = (plan_proxied_nodes(brokers, proxy_host, free_ports(proxy_host, len(brokers))) if proxy
-                 else plan_proxied_nodes(brokers, None))
+        ports: list[int] = []
+        if proxy:
+            try:
+                ports = free_ports(proxy_host, len(brokers))
+            except OSError as e:
+                raise ClusterError(f"the fault proxies cannot listen on {proxy_host} (--proxy-listen): {e}") from e
+            if not ipaddress.ip_address(proxy_host).is_loopback:
+                log.warning("the fault proxies listen on %s, beyond this host (--proxy-listen): whoever reaches "
+                            "that address reaches the cluster at %s through them, faults included",
+                            proxy_host, bootstrap)
+        nodes = plan_proxied_nodes(brokers, proxy_host, ports) if proxy else plan_proxied_nodes(brokers, None)
         with state.locked(name):
             state.save_state(name, {
                 "name": name, "backend": "external", "network": "external", "proxy": proxy,

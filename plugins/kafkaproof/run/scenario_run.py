@@ -62,6 +62,7 @@ class RunOptions:
     kafka_version: str | None = None
     brokers: int | None = None  # override cluster.brokers (local clusters only)
     bootstrap: str | None = None  # an existing cluster instead of a local one
+    proxy_listen: str = "127.0.0.1"  # where the proxies in front of it listen (cluster/external.py)
     client_config: dict | None = None  # how clients connect to it (security settings; spec.connection)
     cluster_name: str | None = None
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
@@ -232,6 +233,7 @@ class ScenarioRun:
                 self.cluster = ExternalCluster.up(self.options.bootstrap,
                                                   self.options.cluster_name or f"ext-{uuid.uuid4().hex[:6]}",
                                                   proxy=bool(data["cluster"].get("proxy")),
+                                                  proxy_host=self.options.proxy_listen,
                                                   client_config=self.options.client_config)
             stack.callback(self._teardown)
         stack.callback(self._collect_proxy_events)  # before the logs are copied and the cluster goes

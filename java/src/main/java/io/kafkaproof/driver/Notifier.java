@@ -4,12 +4,14 @@ import java.io.IOException;
 import java.net.DatagramPacket;
 import java.net.DatagramSocket;
 import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.net.SocketException;
 import java.nio.charset.StandardCharsets;
 
 /**
  * Tells the runner about events it may trigger faults on: one UDP datagram of JSON each, to the
- * spec's {@code notify} address ({@code "127.0.0.1:PORT"}). Best effort; no address, no datagrams.
+ * spec's {@code notify} address ({@code "127.0.0.1:PORT"}), from a socket connected to it. Best effort;
+ * no address, no datagrams.
  */
 final class Notifier {
     private final DatagramSocket socket;
@@ -25,7 +27,10 @@ final class Notifier {
             }
             t = new InetSocketAddress(address.substring(0, colon), Integer.parseInt(address.substring(colon + 1)));
             try {
-                s = new DatagramSocket();
+                // Connected: bound to the address that reaches the runner (loopback) and deaf to other
+                // senders. An unconnected socket is bound to every interface (0.0.0.0).
+                s = new DatagramSocket((SocketAddress) null);
+                s.connect(t);
             } catch (SocketException e) {
                 Log.warn("notify: no UDP socket (" + e.getMessage() + "): notifications disabled");
             }

@@ -289,6 +289,15 @@ def test_java_producer_and_consumer_exact_counts(make_cluster, driver_jar, tmp_p
     assert min(reads.column("generation").to_pylist()) >= 1
     names = events.column("event").to_pylist()
     assert names[0] == "start" and "assign" in names and names[-1] == "exit" and "commit" in names
+    assigned = {e["event"]: e["assigned"] for e in events.to_pylist()}  # the last of each kind
+    assert assigned["assign"] == [0, 1, 2] and assigned["start"] is None and assigned["commit"] is None
+    rows = reads.to_pylist()
+    for poll_id in {r["poll_id"] for r in rows}:  # 0, 1, ... per poll, in the client's order
+        poll = [r for r in rows if r["poll_id"] == poll_id]
+        assert [r["poll_seq"] for r in poll] == list(range(len(poll)))
+        for p in range(3):
+            offs = [r["offset"] for r in poll if r["partition"] == p]
+            assert offs == sorted(offs)
     commits = [e for e in events.to_pylist() if e["event"] == "commit" and e["success"]]
     final = {p: o for e in commits for p, o in zip(e["partitions"], e["offsets"])}
     assert sum(final.values()) == n  # committed offsets = records read (offsets start at 0, no markers)

@@ -55,6 +55,15 @@ def test_baseline_ledger_accounts_for_every_value(tmp_path):
         log = audit[audit["isolation"] == iso]
         assert len(log) == 2000 and set(log["value_id"]) == acked, iso
     assert len(reads) == 2000 and set(reads["value_id"]) == acked
+    # each poll's records numbered 0, 1, ... in the order the client returned them; offsets rise in each partition
+    for _, poll in reads.groupby(["consumer_pid", "poll_id"], sort=False):
+        assert list(poll["poll_seq"]) == list(range(len(poll)))
+        assert all(part["offset"].is_monotonic_increasing for _, part in poll.groupby("partition"))
+    events = table(result.run_dir, "consumer_events")
+    rebalances = events["event"].isin(["assign", "revoke", "lost"])
+    assigns = events[events["event"] == "assign"]
+    assert len(assigns) and all(list(a) == [0, 1] for a in assigns["assigned"])  # the one consumer holds both
+    assert events[~rebalances]["assigned"].isna().all()
     # every ack's offset holds that value in the log
     log = audit[audit["isolation"] == "read_uncommitted"].set_index(["partition", "offset"])["value_id"]
     assert all(log[(p, o)] == v for p, o, v in zip(sends["partition"], sends["offset"], sends["value_id"]))

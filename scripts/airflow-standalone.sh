@@ -9,9 +9,13 @@ source scripts/airflow-env.sh
 airflow db migrate >/dev/null 2>&1 || airflow db migrate
 airflow pools set kafka_cluster 1 "one Kafka cluster per host" >/dev/null
 echo "[airflow] Airflow home $AIRFLOW_HOME; UI on http://localhost:$AIRFLOW__API__PORT"
-airflow standalone &
+# `airflow standalone` stops its components only on SIGINT (SIGTERM kills it alone and leaves its scheduler
+# and api-server running), and a background job of a script starts with SIGINT ignored: restore it, and
+# turn a SIGTERM into the SIGINT Ctrl-C sends the whole terminal group.
+python -c 'import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp("airflow", ["airflow", "standalone"])' &
 standalone=$!
-trap 'kill -TERM "$standalone" 2>/dev/null || true' TERM INT
+trap 'kill -INT "$standalone" 2>/dev/null || true' TERM
+trap ':' INT
 wait "$standalone" || true
 wait "$standalone" 2>/dev/null || true  # a trapped signal ends the first wait before Airflow is down
 python - <<'PY'

@@ -502,8 +502,9 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
                  bootstrap: str | None = None, label: str = "", brokers: int | None = None,
                  backend: str | None = None, client: str | None = None, upgrade_to: str | None = None,
                  client_config: dict | None = None, dagrun_state: DagRunState | None = None,
-                 wait: bool = True) -> dict:
-    """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes.
+                 wait: bool = True, proxy_listen: str = "127.0.0.1") -> dict:
+    """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes (on an existing
+    cluster, its fault proxies listen on `proxy_listen`).
 
     A scenario that cannot take the overrides comes back as a run without a directory whose
     `error` says why, before anything starts. Analysis is not part of it: a batch analyses all
@@ -520,7 +521,8 @@ def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None,
     try:
         if cluster:
             provision(resolved, cluster, owner=pipeline_owner(batch_id), dagrun_state=dagrun_state, wait=wait)
-        result = run(resolved, cluster_name=cluster, bootstrap=bootstrap, client_config=client_config)
+        result = run(resolved, cluster_name=cluster, bootstrap=bootstrap, client_config=client_config,
+                     proxy_listen=proxy_listen)
     finally:
         if cluster:
             teardown(cluster)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -120,7 +121,8 @@ def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
     assert {"analyze", "judge", "gate"} <= set(soak_tasks)
     manual = bag.get_dag("kafka_reliability_manual")
     assert "baseline" in manual.params.get_param("scenarios").schema["items"]["enum"]
-    assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id"} <= set(manual.params)
+    assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id", "proxy_listen"} <= set(manual.params)
+    assert manual.params["proxy_listen"] == nightly.params["proxy_listen"] == "127.0.0.1"  # loopback unless told
     upgrade = bag.get_dag("kafka_upgrade_check")
     assert {"current_version", "candidate_version", "rolling_scenarios"} <= set(upgrade.params)
     assert upgrade.params["rolling_scenarios"] == ["upgrade-39-to-43-idempotent"]
@@ -495,6 +497,15 @@ class AirflowApi:
         self.home, self.root = home, f"http://127.0.0.1:{port}"
         self.token: str | None = None
 
+    def call(self, method: str, path: str, body: dict) -> dict:
+        """POST/PATCH /api/v2/<path> with a JSON body; its JSON answer."""
+        assert self.get("version"), "the api-server does not answer"
+        request = urllib.request.Request(f"{self.root}/api/v2/{path}", json.dumps(body).encode(), method=method,
+                                         headers={"Authorization": f"Bearer {self.token}",
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return json.load(r)
+
     def get(self, path: str):
         """The JSON of GET /api/v2/<path>; None while the api-server does not answer (or not yet its admin)."""
         try:
@@ -512,12 +523,32 @@ class AirflowApi:
             return None
 
 
+def fresh_airflow_env(home: Path, port: str, **extra: str) -> dict[str, str]:
+    """airflow_env for an Airflow home of its own, with its own database and logs: `dagbag()` left the module's
+    home's settings in os.environ, which scripts/airflow-env.sh keeps when they are set."""
+    return airflow_env(home, AIRFLOW__API__PORT=port,
+                       AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+                       AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(home / "logs"),
+                       AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/", **extra)
+
+
+def processes_of(home: Path) -> list[int]:
+    """Processes running with AIRFLOW_HOME=`home`."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"AIRFLOW_HOME={home}".encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_make_airflow_starts_no_pipeline_and_stopping_it_tears_down_its_runs_clusters(tmp_path):
     """`make airflow` (scripts/airflow-standalone.sh) on a fresh Airflow home: the DAGs are there, none runs
     (the nightly's missed 02:00 is skipped, the soak DAG paused); stopped, it tears down its runs' clusters."""
     home, port = tmp_path / "airflow", str(free_port())
-    env = airflow_env(home, AIRFLOW__API__PORT=port, KAFKAPROOF_RUNS=str(tmp_path / "runs"),
-                      AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/")
+    env = fresh_airflow_env(home, port, KAFKAPROOF_RUNS=str(tmp_path / "runs"))
     log_path = tmp_path / "standalone.log"
     with open(log_path, "w") as out:
         standalone = subprocess.Popen(["bash", "scripts/airflow-standalone.sh"], env=env, cwd=REPO, stdout=out,
@@ -553,8 +584,104 @@ def test_make_airflow_starts_no_pipeline_and_stopping_it_tears_down_its_runs_clu
         log = log_path.read_text()
         assert leftover not in state.list_clusters(), log[-3000:]
         assert f"tore down the clusters of its DAG runs: {leftover}" in log
+        # and every component of it is gone (SIGTERM to `airflow standalone` itself left its scheduler running)
+        assert wait_for(lambda: not processes_of(home), 60, "Airflow's components to stop")
     finally:
         if standalone.poll() is None:
             stop_group(standalone, grace_s=60)
         if leftover in state.list_clusters():
             subprocess.run(["kafkaproof", "cluster", "down", "--name", leftover], env=env, timeout=120)
+
+
+@pytest.mark.long
+def test_two_pipelines_at_once_and_a_scheduler_stopped_mid_run_need_no_human(tmp_path):
+    """A scheduler, dag-processor and api-server of a fresh Airflow home: a manual DAG run triggered while the
+    nightly's cluster is up waits for it outside the pool and both pass, each with its own runs; then the
+    scheduler is stopped (SIGTERM) mid-run and started again: the next night passes, the leftover reclaimed."""
+    home, port = tmp_path / "airflow", str(free_port())
+    baseline = yaml.safe_load((REPO / "scenarios" / "baseline.yaml").read_text())
+    baseline.update(tags=["t"], producers={**baseline["producers"], "messages": 1500})
+    history_url = f"sqlite:///{tmp_path}/history.sqlite"
+    env = fresh_airflow_env(home, port, KAFKAPROOF_RUNS=str(tmp_path / "runs"), KAFKAPROOF_SUITE="t",
+                            KAFKAPROOF_SCENARIOS=str(catalog(tmp_path, baseline)), KAFKAPROOF_HISTORY_URL=history_url,
+                            AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="30")
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(["airflow", "pools", "set", "kafka_cluster", "1", "one cluster per host"], env=env, check=True,
+                   capture_output=True, timeout=120)
+    procs: dict[str, subprocess.Popen] = {}
+
+    def start(name: str, *args: str) -> None:
+        with open(tmp_path / f"{name}.log", "a") as out:
+            procs[name] = subprocess.Popen(["airflow", name, *args], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+
+    api = AirflowApi(home, port)
+    nightly, manual = "kafka_reliability_nightly", "kafka_reliability_manual"
+
+    def trigger(dag_id: str, conf: dict | None = None) -> str:
+        return api.call("POST", f"dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})["dag_run_id"]
+
+    def finished(dag_id: str, run_id: str, timeout_s: float) -> str:
+        return wait_for(lambda: (api.get(f"dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}") or {}).get("state")
+                        in ("success", "failed") and api.get(f"dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}")[
+                            "state"], timeout_s, f"{dag_id} {run_id} to finish")
+
+    def cluster_of(run_id: str) -> str | None:
+        for name in state.list_clusters():
+            try:
+                if (state.load_state(name).get("owner") or {}).get("run_id") == run_id:
+                    return name
+            except Exception:
+                continue
+        return None
+
+    try:
+        start("api-server", "--port", port)
+        start("dag-processor")
+        start("scheduler")
+        wait_for(lambda: {nightly, manual} <= {d["dag_id"] for d in (api.get("dags") or {}).get("dags", [])}, 300,
+                 "the DAGs parsed")
+        for dag_id in (nightly, manual):
+            api.call("PATCH", f"dags/{dag_id}", {"is_paused": False})
+        # 1. the nightly's cluster is up when the manual run is triggered: both finish, each its own
+        started = time.monotonic()
+        night = trigger(nightly)
+        wait_for(lambda: cluster_of(night), 300, "the nightly's cluster")
+        check = trigger(manual, {"scenarios": ["baseline"], "messages": 1500})
+        assert finished(nightly, night, 900) == "success"
+        assert finished(manual, check, 900) == "success"
+        print(f"two DAG runs at once: {time.monotonic() - started:.0f} s")
+        waited = subprocess.run(["grep", "-rl", "other pipeline clusters are running", str(home / "logs")],
+                                capture_output=True, text=True).stdout
+        print("tasks that found the other pipeline's cluster up and came back later:", waited or "none")
+        rows = history.runs("baseline", url=history_url)
+        assert sorted(row["batch_id"] for row in rows) == sorted([f"{nightly}/{night}", f"{manual}/{check}"])
+        assert {row["verdict"] for row in rows} == {"pass"}
+        assert not [n for n in state.list_clusters() if n.startswith("af-")]
+        # 2. the scheduler stopped mid-run (its task processes with it), then started again
+        interrupted = trigger(nightly)
+        leftover = wait_for(lambda: cluster_of(interrupted), 300, "the interrupted night's cluster")
+        wait_for(lambda: next((t["state"] for t in (api.get(
+            f"dags/{nightly}/dagRuns/{urllib.parse.quote(interrupted)}/taskInstances") or {}).get(
+            "task_instances", []) if t["task_id"] == "baseline.run_workload"), None) == "running", 300,
+            "the interrupted night's workload")
+        stop_group(procs.pop("scheduler"), grace_s=60)
+        start("scheduler")
+        left = leftover in state.list_clusters()
+        print("interrupted night:", finished(nightly, interrupted, 600),
+              "its cluster", "left" if left else "torn down by its own teardown")
+        left = leftover in state.list_clusters()
+        after = trigger(nightly)
+        assert finished(nightly, after, 900) == "success"
+        assert leftover not in state.list_clusters()
+        (row,) = [r for r in history.runs("baseline", url=history_url) if r["batch_id"] == f"{nightly}/{after}"]
+        assert row["verdict"] == "pass"
+        if left:  # reclaimed by the next night's provision, which says so in its report
+            assert f"first reclaimed the leftover pipeline cluster {leftover}" in Path(row["report"]).read_text()
+        assert not [n for n in state.list_clusters() if n.startswith("af-")]
+    finally:
+        for proc in procs.values():
+            stop_group(proc, grace_s=60)
+        for name in [n for n in state.list_clusters() if (state.load_state(n).get("owner") or {}).get(
+                "airflow_home") == str(home)]:
+            subprocess.run(["kafkaproof", "cluster", "down", "--name", name], env=env, timeout=120)

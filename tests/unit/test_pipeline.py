@@ -145,3 +145,50 @@ def test_scenarios_asking_for_the_same_cluster_share_a_name_and_run_next_to_each
     assert pipeline.shared_cluster_name("n/1", a) == pipeline.shared_cluster_name("n/1", c)
     assert pipeline.shared_cluster_name("n/1", a) != pipeline.shared_cluster_name("n/2", a)
     assert [s.name for s in pipeline.reuse_order([a, b, c, d, scn("e", brokers=1)])] == ["a", "c", "b", "e", "d"]
+
+
+def test_a_pipeline_clusters_owner_is_gone_when_its_dag_run_no_longer_runs(tmp_path, monkeypatch):
+    """Whose pipeline cluster may be reclaimed: a DAG run of this Airflow that is not queued/running (or unknown
+    to it), one of this DAG run left by an earlier scenario, one of another Airflow whose last task process is
+    dead and which nothing touched for 10 minutes, one without an owner left as long."""
+    import os
+    import time
+    from kafkaproof.cluster import state
+    monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("AIRFLOW_HOME", "/srv/airflow")
+    owner = pipeline.pipeline_owner("kafka_reliability_nightly/scheduled__2026-11-25T02:00:00+00:00")
+    assert (owner["dag_id"], owner["run_id"]) == ("kafka_reliability_nightly", "scheduled__2026-11-25T02:00:00+00:00")
+    assert owner["pid"] == os.getpid() and owner["pid_start"] and owner["airflow_home"] == "/srv/airflow"
+    state.save_state("af-1", {"name": "af-1", "owner": owner})
+    runs = {}
+
+    def dagrun_state(o):
+        return runs.get(o["run_id"])
+
+    for run_state, gone in (("running", None), ("queued", None),
+                            ("failed", f"its DAG run {owner['batch']} is failed"),
+                            ("success", f"its DAG run {owner['batch']} is success"),
+                            (None, f"its DAG run {owner['batch']} is not in this Airflow's metadata database")):
+        runs[owner["run_id"]] = run_state
+        assert pipeline.owner_gone("af-1", dagrun_state) == gone
+    assert pipeline.owner_gone("af-1", dagrun_state, own_batch=owner["batch"]) == \
+        "an earlier scenario of this DAG run left it"
+    # another Airflow's cluster: its recorded task process (this one) is alive
+    monkeypatch.setenv("AIRFLOW_HOME", "/elsewhere")
+    assert pipeline.owner_gone("af-1", dagrun_state) is None
+    state.save_state("af-1", {"name": "af-1", "owner": {**owner, "pid": 2 ** 22 - 1}})
+    assert pipeline.owner_gone("af-1", dagrun_state) is None  # dead, but touched just now
+    old = time.time() - 601
+    os.utime(state.state_path("af-1"), (old, old))
+    assert "is gone and nothing touched it for 10 min" in pipeline.owner_gone("af-1", dagrun_state)
+    state.save_state("af-2", {"name": "af-2"})  # no owner: an older kafkaproof's
+    assert pipeline.owner_gone("af-2") is None
+    os.utime(state.state_path("af-2"), (old, old))
+    assert pipeline.owner_gone("af-2") == "no owner recorded and nothing touched it for 10 min"
+    # while the owner lives, a cluster task raises HostBusy at once instead of waiting in the pool
+    runs[owner["run_id"]] = "running"
+    monkeypatch.setenv("AIRFLOW_HOME", "/srv/airflow")
+    state.save_state("af-1", {"name": "af-1", "owner": owner})
+    state.remove_state("af-2")
+    with pytest.raises(pipeline.HostBusy, match="af-1"):
+        pipeline.wait_for_exclusive_host("af-3", dagrun_state=dagrun_state, wait=False)

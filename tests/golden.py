@@ -365,15 +365,6 @@ def lost_ack_attribution() -> Golden:
     return g
 
 
-def redeliveries() -> Golden:
-    """A consumer crashes after reading 0..3 and committing 2; its successor re-reads 2..5."""
-    g = Golden("redeliveries", guarantee="exactly-once", consumers=[{"group": "g"}],
-               counts={"redeliveries": 2}, status="fail")
-    vids = [g.acked(0, s, s * 10) for s in range(6)]
-    g.event(0, "assign", 100, [0], pid=3000)
-    for o in range(4):
-        g.read(0, 0, o, vids[o], 110 + o, pid=3000)
-    g.event(0, "crash", 120, pid=3000)
 def reset_in_flight_attribution() -> Golden:
     """Issue 36.6: the duplicates of every Produce request in flight at a lost ack's reset are attributed.
 
@@ -424,6 +415,15 @@ def reset_in_flight_attribution() -> Golden:
     return g
 
 
+def redeliveries() -> Golden:
+    """A consumer crashes after reading 0..3 and committing 2; its successor re-reads 2..5."""
+    g = Golden("redeliveries", guarantee="exactly-once", consumers=[{"group": "g"}],
+               counts={"redeliveries": 2}, status="fail")
+    vids = [g.acked(0, s, s * 10) for s in range(6)]
+    g.event(0, "assign", 100, [0], pid=3000)
+    for o in range(4):
+        g.read(0, 0, o, vids[o], 110 + o, pid=3000)
+    g.event(0, "crash", 120, pid=3000)
     g.event(0, "assign", 200, [0], pid=3001, incarnation=1)
     for o in range(2, 6):
         g.read(0, 0, o, vids[o], 210 + o, pid=3001, incarnation=1)

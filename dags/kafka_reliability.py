@@ -58,6 +58,10 @@ KAFKA_CONN_PARAM = Param(None, type=["null", "string"],
                                      "sasl.*, ssl.*); `bootstrap` wins when both are set")
 BROKERS_PARAM = Param(None, type=["null", "integer"], minimum=1, maximum=MAX_BROKERS,
                       description="override cluster.brokers (empty: as each scenario says; local cluster only)")
+PROXY_LISTEN_PARAM = Param("127.0.0.1", type="string",
+                           description="with an existing cluster: the IPv4 address of the worker its fault proxies "
+                                       "listen on (default 127.0.0.1: the worker only; whoever reaches another "
+                                       "address reaches the cluster through them, faults included)")
 BACKEND_PARAM = Param(None, type=["null", "string"], enum=[None, *CLUSTER_BACKENDS],
                       description="override cluster.backend (empty: as each scenario says): local (Kafka JVMs on "
                                   "the worker) or compose (containers of a Docker Compose project, compose/)")
@@ -177,10 +181,12 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
                 _report_run(pipeline.unstarted_run(scenario_name, cluster["error"]))
-            connection = None if cluster["cluster"] else existing_cluster(get_current_context()["params"])[1]
+            params = get_current_context()["params"]
+            connection = None if cluster["cluster"] else existing_cluster(params)[1]
             result = pipeline.run(Scenario.from_json(cluster["scenario"]), cluster_name=cluster["cluster"],
                                   bootstrap=None if cluster["cluster"] else cluster["bootstrap"],
-                                  control=cluster.get("control"), client_config=connection)
+                                  control=cluster.get("control"), client_config=connection,
+                                  proxy_listen=params.get("proxy_listen") or "127.0.0.1")
             return _report_run(result)
 
         def fault_task(task_id: str, index: int):
@@ -310,6 +316,7 @@ SUITE_PARAMS = {"messages": Param(None, type=["null", "integer"], minimum=1, des
             "undetected negative control or regression against history.",
      params={**SUITE_PARAMS,
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
+             "proxy_listen": PROXY_LISTEN_PARAM,
              "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM,
              "reuse_clusters": Param(REUSE_CLUSTERS, type="boolean",
                                      description="run scenarios that ask for the same cluster on one cluster, "
@@ -369,7 +376,8 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
             scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
             messages=None if upgrade_to else params.get("messages"), bootstrap=bootstrap, label=label,
             brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client,
-            upgrade_to=upgrade_to, client_config=connection, dagrun_state=dagrun_state, wait=False)
+            upgrade_to=upgrade_to, client_config=connection, dagrun_state=dagrun_state, wait=False,
+            proxy_listen=params.get("proxy_listen") or "127.0.0.1")
     except pipeline.HostBusy as e:
         raise host_busy(e) from None
     return _report_run(run)
@@ -385,7 +393,7 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
              "messages": Param(None, type=["null", "integer"], minimum=1, description="message scale (per producer)"),
              "bootstrap": Param(None, type=["null", "string"],
                                 description="empty: embedded local cluster; else bootstrap servers of an existing cluster"),
-             "kafka_conn_id": KAFKA_CONN_PARAM,
+             "kafka_conn_id": KAFKA_CONN_PARAM, "proxy_listen": PROXY_LISTEN_PARAM,
              "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM,
              "clients": Param([], type="array", items={"type": "string", "enum": list(CLIENTS)}, uniqueItems=True,
                               description="a client matrix: every chosen scenario once per client (e.g. librdkafka "

@@ -11,7 +11,7 @@ heal; `heal_all` heals what a crashed run left behind.
 Proxy faults (`lost_ack`, `error`, `latency`, `proxy_bandwidth`, `reset`,
 `blackhole`) need a cluster started with the fault proxy (`cluster up --proxy`,
 scenario `cluster.proxy`). Each is one rule, whose id is the fault id, installed
-over the control port of the proxy in front of every broker the target resolves
+over the control socket of the proxy in front of every broker the target resolves
 to; healing removes the rule. The proxies log every action on a request with
 that rule id (see docs/proxy.md), which ties it to the fault.
 

@@ -1,4 +1,4 @@
-"""``python -m kafkaproof.proxy``: run a fault proxy with a control port.
+"""``python -m kafkaproof.proxy``: run a fault proxy with a control channel (its owner's Unix socket by default).
 
 Prints one JSON "ready" line on stdout once every socket is bound (ports given as
 0 are resolved there), then logs to stderr until SIGTERM/SIGINT.

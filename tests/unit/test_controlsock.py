@@ -122,3 +122,28 @@ def test_a_peer_of_our_own_uid_passes_the_credentials_check():
     finally:
         a.close()
         b.close()
+
+
+def test_a_proxy_under_a_state_directory_too_deep_for_a_socket_path_listens_in_the_short_fallback(tmp_path):
+    import json
+    import subprocess
+    import sys
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    env = {**os.environ, "KAFKAPROOF_STATE": str(deep)}
+    proc = subprocess.Popen([sys.executable, "-m", "kafkaproof.proxy", "--listen", "1@127.0.0.1:0=127.0.0.1:9",
+                             "--exit-with-parent"], stdout=subprocess.PIPE, env=env)
+    try:
+        ready = json.loads(proc.stdout.readline())
+        path = Path(controlsock.unix_path(ready["control"]))
+        assert len(str(path).encode()) <= controlsock.MAX_SOCKET_PATH and not str(path).startswith(str(deep))
+        assert path.parent == controlsock.fallback_socket_dir(deep, os.geteuid())
+        assert path.parent.stat().st_mode & 0o777 == 0o700 and path.stat().st_mode & 0o777 == 0o600
+        client = ControlClient(ready["control"])
+        assert client.call("ping")["pid"] == proc.pid
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+    assert not path.exists()  # a proxy that stops removes its socket
+    path.parent.rmdir()

@@ -69,6 +69,8 @@ def test_a_disks_control_socket_is_in_the_owners_private_directory(tmp_path, mon
     a, b = control_address(REPO / "a"), control_address(REPO / "b")
     assert a != b and Path(a).name.startswith("diskfs-") and a.endswith(".sock") and len(a.encode()) <= 107
     assert (Path(a).parent.stat().st_mode & 0o777) == 0o700 and Path(a).parent.stat().st_uid == os.geteuid()
+    if not Path(a).is_relative_to(tmp_path):  # the short fallback for pytest's deep tmp_path
+        Path(a).parent.rmdir()
 
 
 def _write(track: UnsyncedWrites, root, rel: str, data: bytes, offset: int) -> None:

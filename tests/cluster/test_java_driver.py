@@ -34,15 +34,17 @@ def driver_jar() -> Path:
 @pytest.mark.unit
 def test_read_tsv_nulls_lists_bools_and_truncated_tail(tmp_path):
     p = tmp_path / "consumer-0-0.events.tsv"
-    p.write_bytes(b"0\t11\t0\t100\tstart\t\t\\N\t\\N\t\\N\n"
-                  b"0\t11\t0\t200\tcommit\t0,2\t5,7\ttrue\t\\N\n"
-                  b"0\t11\t0\t300\tcommit\t1\t9\tfalse\tCommitFailedException: x y\n"
+    p.write_bytes(b"0\t11\t0\t100\tstart\t\t\\N\t\\N\t\\N\t\\N\n"
+                  b"0\t11\t0\t200\tcommit\t0,2\t5,7\ttrue\t\\N\t\\N\n"
+                  b"0\t11\t0\t300\tcommit\t1\t9\tfalse\tCommitFailedException: x y\t\\N\n"
+                  b"0\t11\t0\t350\tassign\t1\t\\N\t\\N\t\\N\t0,1,2\n"
                   b"0\t11\t0\t400\texi")  # killed mid-write: dropped
     t = java_driver.read_tsv(p, java_driver.EVENTS_TSV)
     assert t.schema == ledger.CONSUMER_EVENTS
     rows = t.to_pylist()
-    assert len(rows) == 3
+    assert len(rows) == 4
     assert rows[0]["partitions"] == [] and rows[0]["offsets"] is None and rows[0]["success"] is None
+    assert rows[0]["assigned"] is None and rows[3]["assigned"] == [0, 1, 2]
     assert rows[1]["partitions"] == [0, 2] and rows[1]["offsets"] == [5, 7] and rows[1]["success"] is True
     assert rows[2]["success"] is False and rows[2]["error"] == "CommitFailedException: x y"
 

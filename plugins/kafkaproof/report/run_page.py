@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..spec.client_versions import read_client_versions, summary as client_summary
 from ..spec.connection import connection_text
 from ..spec.ledger import MANIFEST, TABLES
 from .data import (DEFAULT_EXAMPLES, REPORT_DIR, RunData, expectation_of, guarantee_of, load_history, load_run, phases,
@@ -65,7 +66,7 @@ def section_header(v: RunView) -> Markup:
     m = v.data.manifest or {}
     versions = m.get("versions") or {}
     sub = [f"run {m.get('run_id') or v.data.run_dir.name}", f"started {run_started_wall(m)}",
-           f"Kafka {versions.get('kafka') or '?'}", f"librdkafka {versions.get('librdkafka') or '?'}",
+           f"Kafka {versions.get('kafka') or '?'}", *client_summary(read_client_versions(m)),
            f"status {m.get('status') or '?'}"]
     return join([tag("h1", f"{v.name}"), tag("div", " · ".join(sub), class_="sub")])
 
@@ -321,6 +322,7 @@ def section_environment(v: RunView) -> Markup:
     cluster = m.get("cluster") or {}
     out = [tag("h2", "Versions and cluster", id="cluster")]
     left = kv([(k, versions[k]) for k in sorted(versions)] +
+              [("clients", "; ".join(client_summary(read_client_versions(m))) or "–")] +
               [("host", f"{(m.get('host') or {}).get('hostname', '?')}, {(m.get('host') or {}).get('cpus', '?')} CPUs"),
                ("bootstrap", m.get("bootstrap") or cluster.get("bootstrap_servers") or "–"),
                *([("client connection", connection_text(m["client_connection"]))]

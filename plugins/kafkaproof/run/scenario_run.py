@@ -33,6 +33,7 @@ from .client_config import check_client_config
 from ..spec import ledger
 from ..spec.clients import (ClientConfigError, apply_overrides, effective_clients, environment_overrides,
                             producer_settings)
+from ..spec.client_versions import to_manifest
 from ..spec.cluster import cluster_config
 from ..spec.connection import redacted
 from ..spec.scenario import Scenario
@@ -42,6 +43,7 @@ from .drain import audit_summary, committed_offsets, drain, high_watermarks
 from .sampler import SnapshotSampler
 from .stopping import DEFAULT_MIN_FREE_DISK_MB, early_stop_reason, free_disk_mb, stop_requested
 from .timeline import Timeline
+from .versions import client_versions, python_client_versions
 from .workers import WorkerEvents, Workers
 
 log = logging.getLogger(__name__)
@@ -87,9 +89,11 @@ def new_run_id(scenario_name: str) -> str:
 
 
 def versions(kafka_version: str | None) -> dict[str, str | None]:
-    import confluent_kafka
-    return {"kafka": kafka_version, "confluent_kafka": confluent_kafka.version()[0],
-            "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version(),
+    """The run's own environment (the runner's drain and admin client are confluent-kafka on librdkafka);
+    what each producer and consumer ran on is `client_versions` (run/versions.py)."""
+    confluent_kafka, librdkafka = python_client_versions()
+    return {"kafka": kafka_version, "confluent_kafka": confluent_kafka.version,
+            "librdkafka": librdkafka.version, "python": platform.python_version(),
             "pyarrow": pa.__version__, "kafkaproof": __version__}
 
 
@@ -326,6 +330,8 @@ class ScenarioRun:
         producer_spec["bootstrap"] = self._producer_bootstrap()
         producer_spec["offsets_from_broker"] = producer_settings(prod, 0)["offsets_from_broker"]
         producer_spec.update(client=prod.get("client", "librdkafka"), client_version=prod.get("client_version", version))
+        # the jars and modules the workers are about to start on: what ran, not what was asked for
+        self.manifest["client_versions"] = to_manifest(client_versions(data))
 
         with self.phase("workload"):
             self._await_fault_tasks()

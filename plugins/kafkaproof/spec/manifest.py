@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .client_versions import ProcessClient, read_client_versions
 from .ledger import read_manifest
 
 
@@ -100,6 +101,11 @@ class Manifest:
     @property
     def client_version(self) -> str | None:
         return self._get("versions", "librdkafka")
+
+    @property
+    def client_versions(self) -> list[ProcessClient]:
+        """Each producer's and consumer's client libraries and exact versions (older runs: read off `clients`)."""
+        return read_client_versions(self.data)
 
     @property
     def t0_ns(self) -> int | None:

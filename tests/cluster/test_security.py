@@ -19,12 +19,14 @@ import threading
 import uuid
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 import yaml
 
 from kafkaproof import pipeline
 from kafkaproof.cluster import ClusterConfig, LocalCluster, state
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.versions import python_client_versions
 from kafkaproof.spec import ledger
 from kafkaproof.spec.connection import read_client_config
 from kafkaproof.spec.scenario import load
@@ -131,6 +133,13 @@ def test_a_run_on_a_sasl_ssl_cluster_connects_every_client_and_keeps_no_credenti
     manifest = ledger.read_manifest(run_dir)
     assert manifest["status"] == "complete" and manifest["cluster"]["backend"] == "external"
     assert manifest["client_connection"] == {**connection, "sasl.password": "***"}
+    # what ran, per process (issue 38.5): the producer's kafka-clients jar, the consumer's confluent-kafka/librdkafka
+    java_version = manifest["scenario"]["cluster"]["kafka_version"]
+    assert manifest["client_versions"] == {
+        "producers": [{"index": 0, "client": "java", "libraries": [{"name": "kafka-clients", "version": java_version}]}],
+        "consumers": [{"index": 0, "client": "librdkafka",
+                       "libraries": [v.to_json() for v in python_client_versions()]}]}
+    assert manifest["versions"]["confluent_kafka"] == confluent_kafka.__version__  # whole, not '2'
     sends = ledger.read_table(run_dir, "sends").to_pandas()
     assert len(sends) == 1000 and (sends["outcome"] == "ok").all()
     reads = ledger.read_table(run_dir, "reads").to_pandas()
@@ -146,6 +155,7 @@ def test_a_run_on_a_sasl_ssl_cluster_connects_every_client_and_keeps_no_credenti
     xcom["judge"] = pipeline.judge(xcom["run"], "t-sec")
     night = Path(pipeline.write_batch_report([xcom["judge"]], "t-sec", out=tmp_path / "night"))
     assert (run_dir / "report" / "index.html").exists() and night.exists()
+    assert f"producer 0: kafka-clients {java_version}" in (run_dir / "report" / "index.html").read_text()
     password = connection["sasl.password"]
     assert not files_holding(run_dir, password), "the run directory (its report among them) holds the password"
     assert not files_holding(night.parent, password), "the batch report holds the password"

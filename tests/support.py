@@ -96,14 +96,22 @@ def leftovers() -> dict[str, str]:
 
 
 def load_analysis_job():
-    """spark/analyze.py as a module (it runs under spark-submit without the package; its pure parts are tested here)."""
-    import importlib.util
+    """The Spark job's package (spark/kafkaproof_analysis: it runs under spark-submit without kafkaproof, its
+    pure parts are tested here) as one namespace: every module's public names, as `job.X` (`job.KINDS`,
+    `job.fault_effect`, ...)."""
+    import importlib
+    import pkgutil
     import sys
-    spec = importlib.util.spec_from_file_location("kafkaproof_analyze_job", REPO / "spark" / "analyze.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    import types
+    spark_dir = str(REPO / "spark")
+    if spark_dir not in sys.path:
+        sys.path.append(spark_dir)
+    package = importlib.import_module("kafkaproof_analysis")
+    job = types.SimpleNamespace()
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"kafkaproof_analysis.{info.name}")
+        vars(job).update({k: v for k, v in vars(module).items() if not k.startswith("_")})
+    return job
 
 
 class SparkStandalone:

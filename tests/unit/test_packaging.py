@@ -21,8 +21,8 @@ from support import REPO
 
 pytestmark = pytest.mark.unit
 
-OURS = {"kafkaproof"}
-LIBRARY = [*sorted((REPO / "plugins" / "kafkaproof").rglob("*.py")), *sorted((REPO / "spark").glob("*.py"))]
+OURS = {"kafkaproof", "kafkaproof_analysis"}  # the package and the Spark job's own (spark/kafkaproof_analysis)
+LIBRARY = [*sorted((REPO / "plugins" / "kafkaproof").rglob("*.py")), *sorted((REPO / "spark").rglob("*.py"))]
 # Code that runs only inside Airflow (the plugin, the DAGs) may also use what Airflow itself requires.
 AIRFLOW_SIDE = [REPO / "plugins" / "kafkaproof_reports.py", *sorted((REPO / "dags").glob("*.py"))]
 # Imported lazily where used; a command that needs one and lacks it names the extra to install.

@@ -1,0 +1,216 @@
+"""Was the check exercised? Whether each injected fault took effect, and the scenario's own conditions.
+
+The fault kinds and the evidence each leaves are listed here (docs/analysis.md "Was the check exercised?").
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from .base import NS_PER_S
+
+
+# Kinds of fault and what shows they took effect (docs/analysis.md "Was the check exercised?").
+NODE_STATE_AFTER = {"kill": "dead", "stop": "dead", "pause": "paused"}
+NFT_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss")
+PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole", "metadata",
+                     "fetch_corrupt", "fetch_duplicate")
+ROLLING_FAULT_KINDS = ("rolling_upgrade", "rolling_restart")
+CLOCK_FAULT_KINDS = ("clock_skew",)
+DISK_RULE_KINDS = ("disk_error", "disk_full", "disk_latency")
+
+
+def power_loss_effect(effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a power loss took effect when every node it cut was dead afterwards; the evidence says what
+    each node's disk dropped (nothing, when everything written had been fsynced)."""
+    states = effect.get("node_states") or {}
+    if not states:
+        return False, "no node state was recorded after the power loss"
+    lost = effect.get("power_loss") or {}
+
+    def dropped(node: str) -> str:
+        n_bytes, n_files = int((lost.get(node) or {}).get("bytes_dropped", 0)), int((lost.get(node) or {}).get("files", 0))
+        return f"{n_bytes:,} unsynced bytes of {n_files} file{'' if n_files == 1 else 's'}"
+    return all(v == "dead" for v in states.values()), "; ".join(
+        f"node {n} {v}, its disk dropped {dropped(n)}" for n, v in sorted(states.items()))
+
+
+def clock_effect(params: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a clock fault took effect when every node it targets holds the offset and runs with libfaketime
+    loaded (so the offset reaches its JVM)."""
+    clocks = effect.get("clocks") or {}
+    if not clocks:
+        return False, "no node clock was recorded"
+    want = float(params.get("offset_s", 0))
+    held = {n: bool(c.get("faketime_loaded")) and abs(float(c.get("offset_s", 0)) - want) < 0.001
+            for n, c in clocks.items()}
+    return all(held.values()), ", ".join(
+        f"node {n} clock {float(c.get('offset_s', 0)):+g} s" + ("" if c.get("faketime_loaded") else " (libfaketime not loaded)")
+        for n, c in sorted(clocks.items()))
+
+
+def timestamp_regressions(audit: DataFrame, limit: int = 5) -> dict[str, Any]:
+    """Records of the committed log whose timestamp is earlier than the record before them in their
+    partition: a leader's clock that moved (LogAppendTime), or producers stamping from different clocks
+    (CreateTime). Kafka allows it; time-based retention and timestamp lookups see it. Computed for runs
+    with clock faults only (a sort of the whole log)."""
+    log = audit.filter(F.col("isolation") == "read_committed").select("partition", "offset", "timestamp_ms")
+    back = (log.withColumn("previous_ms", F.lag("timestamp_ms").over(Window.partitionBy("partition").orderBy("offset")))
+            .filter(F.col("timestamp_ms") < F.col("previous_ms"))
+            .withColumn("back_ms", F.col("previous_ms") - F.col("timestamp_ms"))).cache()
+    total = back.agg(F.count("*").alias("n"), F.max("back_ms").alias("max_back_ms")).first()
+    examples = [r.asDict() for r in back.orderBy(F.desc("back_ms"), "partition", "offset").limit(limit).collect()]
+    back.unpersist()
+    return {"regressions": int(total["n"]), "max_back_ms": total["max_back_ms"], "examples": examples}
+
+
+def rolling_effect(kind: str, params: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a rolling fault took effect when every node it rolled came back on what it was rolled to
+    (and, for a finalised upgrade, the release's features were finalised)."""
+    rolled = effect.get("rolled") or {}
+    if not rolled:
+        return False, "no node was rolled"
+    after = effect.get("versions_after") or {}
+    want = params.get("version")
+    off = sorted(n for n, step in rolled.items() if step.get("caught_up_s") is None
+                 or (want is not None and after.get(n) != want))
+    evidence = f"{len(rolled)} nodes rolled" + (f" to Kafka {want}" if want else "") + (
+        f"; nodes {', '.join(off)} did not come back on it" if off else "")
+    finalized = True
+    if want is not None and params.get("finalize", True):
+        finalized = bool((effect.get("finalized") or {}).get("finalized"))
+        evidence += "; features finalised" if finalized else "; features NOT finalised"
+    return not off and finalized, evidence
+
+
+def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: whether one injected fault observably took effect, and the evidence, from its `effect` record."""
+    effect = json.loads(fault.get("effect") or "{}")
+    kind, target = fault["kind"], fault.get("target") or ""
+    if target.startswith("consumer:"):
+        want = "paused" if kind == "pause" else "dead"
+        state = effect.get("consumer_state")
+        restarted = effect.get("consumer_restarted")
+        held = state == want and (kind == "pause" or restarted is not False)
+        return held, (f"consumer process {state or 'state not recorded'} after the {kind}"
+                      + ("" if kind == "pause" else
+                         f"; {'restarted' if restarted else 'not restarted' if restarted is False else 'restart not recorded'}"))
+    if kind == "power_loss":
+        return power_loss_effect(effect)
+    if kind in DISK_RULE_KINDS:
+        n = effect.get("disk_fired")
+        return bool(n), ("the disk rule's count was not recorded" if n is None else
+                         f"the disk rule {'slowed' if kind == 'disk_latency' else 'failed'} {n} "
+                         f"operation{'' if n == 1 else 's'}")
+    if kind in NODE_STATE_AFTER:
+        states = effect.get("node_states") or {}
+        want = NODE_STATE_AFTER[kind]
+        if not states:
+            return False, "no node state was recorded after the injection"
+        return all(v == want for v in states.values()), ", ".join(f"node {n} {v}" for n, v in sorted(states.items()))
+    if kind == "restart":
+        restarted = effect.get("restarted") or {}
+        if not restarted:
+            return False, "no restart was recorded"
+        return all(restarted.values()), ", ".join(f"node {n} {'restarted' if v else 'NOT restarted'}"
+                                                  for n, v in sorted(restarted.items()))
+    if kind in NFT_KINDS:
+        n = effect.get("dropped_packets")
+        return bool(n), ("no packet counts were recorded" if n is None else f"its rules dropped {n} packets")
+    if kind == "bandwidth":
+        held_back = (effect.get("tbf_overlimits") or 0) + (effect.get("tbf_dropped") or 0)
+        return held_back > 0, f"the token buckets held back {held_back} packets"
+    if kind in PROXY_FAULT_KINDS:
+        n = effect.get("proxy_fired", fault.get("proxy_fired"))
+        return bool(n), ("the proxy rule's count was not recorded" if n is None else f"the proxy rule fired {n} times")
+    if kind in ROLLING_FAULT_KINDS:
+        return rolling_effect(kind, json.loads(fault.get("params") or "{}"), effect)
+    if kind in CLOCK_FAULT_KINDS:
+        return clock_effect(json.loads(fault.get("params") or "{}"), effect)
+    if kind == "roll_node":
+        step = effect.get("step")
+        if not step:
+            return False, f"the node did not come back: {effect.get('effect_error') or 'no step was recorded'}"
+        return (step["caught_up_s"] is not None,
+                f"{step['version_before']} → {step['version_after']}, serving again {step['caught_up_s']}s after its start")
+    if kind == "finalize_features":
+        step = effect.get("step") or {}
+        return bool(step.get("finalized")), (f"release {step['release']} finalised" if step.get("finalized") else
+                                             f"not finalised: {effect.get('effect_error') or 'no result recorded'}")
+    return False, f"kafkaproof has no check for fault kind {kind!r}"
+
+
+def exercise_results(faults: Sequence[Mapping[str, Any]], conditions: Sequence[Mapping[str, Any]],
+                     snapshots: Sequence[Mapping[str, Any]], proxy_phases: Mapping[str, int],
+                     incarnations: Mapping[int, int], aborted_in_log: int, outcomes: Mapping[str, int],
+                     t0: int) -> list[dict[str, Any]]:
+    """Pure: one result per injected fault (did it take effect?) and per condition the scenario states.
+
+    Each is `{check, subject, held, evidence}`; a condition not held makes the run an error.
+    """
+    out = []
+    for f in faults:
+        held, evidence = fault_effect(f)
+        out.append({"check": "fault_took_effect", "subject": f"{f['kind']} {f.get('target') or ''} ({f['fault_id']})",
+                    "fault_id": f["fault_id"], "held": held, "evidence": evidence})
+    by_index = {}
+    for f in faults:
+        idx = (json.loads(f.get("effect") or "{}")).get("scenario_index")
+        if idx is not None:
+            by_index.setdefault(int(idx), f)
+    snaps = sorted(snapshots, key=lambda r: r["ts_ns"])
+
+    def rel(ns: int) -> str:
+        return f"t={(ns - t0) / NS_PER_S:.1f}s"
+
+    for c in conditions:
+        check = c["check"]
+        held, evidence, subject = False, "", ""
+        if check == "leader_change":
+            p = c["partition"]
+            subject = f"partition {p}"
+            seen = [(r["ts_ns"], r["leader"]) for r in snaps if r["partition"] == p]
+            changes = [(ts, a, b) for (_, a), (ts, b) in zip(seen, seen[1:]) if a != b]
+            held = bool(changes)
+            evidence = ("; ".join(f"leader {a} -> {b} at {rel(ts)}" for ts, a, b in changes[:5]) if changes
+                        else f"leader stayed {seen[0][1] if seen else 'unknown'} in {len(seen)} snapshots")
+        elif check == "isr_shrink":
+            p = c["partition"]
+            subject = f"partition {p}"
+            limit, before = None, ""
+            if "before_fault" in c:
+                f = by_index.get(int(c["before_fault"]))
+                limit = f["start_ns"] if f else None
+                before = f" before faults[{c['before_fault']}]" + ("" if f else " (never injected)")
+            shrunk = [r for r in snaps if r["partition"] == p and len(r["isr"] or []) < len(r["replicas"] or [])
+                      and (limit is None or r["ts_ns"] < limit)]
+            held = bool(shrunk) and not ("before_fault" in c and limit is None)
+            evidence = (f"ISR {list(shrunk[0]['isr'])} of replicas {list(shrunk[0]['replicas'])} at "
+                        f"{rel(shrunk[0]['ts_ns'])}{before}" if shrunk else f"the ISR never shrank{before}")
+        elif check == "proxy_phase":
+            n, want = int(proxy_phases.get(c["phase"], 0)), int(c.get("min", 1))
+            subject, held = c["phase"], n >= want
+            evidence = f"{n} proxy events in phase {c['phase']} (need {want})"
+        elif check == "aborted_in_log":
+            want = int(c.get("min", 1))
+            subject, held = "aborted transactions", aborted_in_log >= want
+            evidence = f"{aborted_in_log} records of aborted transactions in the log (need {want})"
+        elif check == "consumer_restarted":
+            i = c["consumer"]
+            n = incarnations.get(i, 0)
+            subject, held = f"consumer {i}", n >= 1
+            evidence = f"{n + 1} process(es) of consumer {i} ran"
+        elif check == "send_errors":
+            which, want = c.get("outcome", "any"), int(c.get("min", 1))
+            n = (outcomes.get("failed", 0) + outcomes.get("indefinite", 0) if which == "any"
+                 else outcomes.get("failed" if which == "fail" else "indefinite", 0))
+            subject, held = f"{which} sends", n >= want
+            evidence = f"{n} {which} sends (need {want})"
+        else:
+            evidence = f"unknown check {check!r}"
+        out.append({"check": check, "subject": subject, "fault_id": None, "held": held, "evidence": evidence,
+                    **({"why": c["why"]} if c.get("why") else {})})
+    return out

@@ -18,7 +18,7 @@ from airflow.sdk import Asset, Param, dag, get_current_context, setup, task, tas
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from kafkaproof import pipeline
-from kafkaproof.analysis import application_path, spark_conf
+from kafkaproof.analysis import application_path, job_py_files, spark_conf
 from kafkaproof.errors import KafkaproofError, ScenarioError
 from kafkaproof.notify import WebhookNotifier
 from kafkaproof.schedule import NoMissedRunsTimetable
@@ -30,6 +30,7 @@ from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VER
 # The checkout's spark/analyze.py, or the installed package's copy: this file also works copied into
 # another Airflow's dags folder next to a pip-installed kafkaproof.
 ANALYZE_APP = str(application_path())
+ANALYZE_PY_FILES = str(job_py_files())
 POOL = "kafka_cluster"  # one slot: two clusters must not share this host
 NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
@@ -245,8 +246,9 @@ def collect_runs(expected: list[dict], mapped_task: str | None = None) -> list[d
 
 def analyze_all(run_dirs) -> SparkSubmitOperator:
     """One spark-submit for every complete run of the DAG run (`spark/analyze.py` takes many run directories)."""
-    return SparkSubmitOperator(task_id="analyze", application=ANALYZE_APP, conn_id=SPARK_CONN, pool=POOL,
-                               name="kafkaproof-analyze", application_args=run_dirs, conf=spark_conf())
+    return SparkSubmitOperator(task_id="analyze", application=ANALYZE_APP, py_files=ANALYZE_PY_FILES,
+                               conn_id=SPARK_CONN, pool=POOL, name="kafkaproof-analyze", application_args=run_dirs,
+                               conf=spark_conf())
 
 
 @task(trigger_rule="all_done", map_index_template="{{ scenario_label }}",  # also when the analysis failed

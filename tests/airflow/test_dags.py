@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kafkaproof.analysis import application_path
+from kafkaproof.analysis import application_path, job_py_files
 from kafkaproof.verdict import history
 from kafkaproof.cluster import state
 from kafkaproof.spec import ledger
@@ -77,8 +77,9 @@ def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
     shutil.copy(REPO / "dags" / "kafka_reliability.py", elsewhere)
     copied = dagbag(airflow_home, elsewhere)
     assert copied.import_errors == {}
-    analyze_app = copied.get_dag("kafka_reliability_nightly").get_task("analyze").application
-    assert analyze_app == str(application_path()) and Path(analyze_app).is_file()
+    analyze = copied.get_dag("kafka_reliability_nightly").get_task("analyze")
+    assert analyze.application == str(application_path()) and Path(analyze.application).is_file()
+    assert analyze.py_files == str(job_py_files()) and Path(analyze.py_files).is_file()  # the job's package
     assert {"kafka_reliability_nightly", "kafka_reliability_manual", "kafka_upgrade_check"} <= set(bag.dag_ids)
     nightly = bag.get_dag("kafka_reliability_nightly")
     assert nightly.catchup is False and nightly.max_active_runs == 1

@@ -91,6 +91,7 @@ def test_the_wheel_holds_the_package_and_its_data_and_nothing_else(installed):
         names = z.namelist()
     assert {n.split("/")[0] for n in names} == {"kafkaproof", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "kafkaproof/_share/spark/analyze.py" in names and "kafkaproof/verdict/migrations/env.py" in names
+    assert "kafkaproof/_share/spark/kafkaproof_analysis/job.py" in names  # the job's package, beside its entry
     assert not [n for n in names if "__pycache__" in n or "/target/" in n or n.endswith(".pyc")]
     assert wheel.stat().st_size < MAX_WHEEL_BYTES, f"{wheel.name}: {wheel.stat().st_size} bytes"
 
@@ -110,7 +111,7 @@ def test_the_installed_cli_lists_the_catalog_and_validates_a_packaged_scenario_o
 PROBE = """
 import json, kafkaproof
 from kafkaproof import paths
-from kafkaproof.analysis import application_path
+from kafkaproof.analysis import application_path, job_py_files
 from kafkaproof.cluster.docker_engine import compose_file
 from kafkaproof.run import java_driver
 from kafkaproof.verdict.policy import POLICY_PATH, SUITES_DIR, load_policy
@@ -124,6 +125,7 @@ print(json.dumps({
                                paths.scenarios_dir() / "baseline.yaml")],
     "suites": sorted(p.name for p in SUITES_DIR.glob("*.json")),
     "java_source_hash": java_driver.source_hash(),
+    "py_files": str(job_py_files()),
 }))
 """
 
@@ -139,6 +141,18 @@ def test_installed_the_package_finds_its_data_in_the_venv_and_none_in_a_checkout
     assert out["suites"] == sorted(p.name for p in (REPO / "expectations" / "suites").glob("*.json"))
     from kafkaproof.run import java_driver  # the same sources: the checkout's driver build is reused
     assert out["java_source_hash"] == java_driver.source_hash(REPO / "java")
+    # The job's package zipped for --py-files, in the installed package's cache: the checkout's bytes.
+    from kafkaproof.analysis import job_py_files
+    zipped = Path(out["py_files"])
+    assert zipped.is_relative_to(installed["env"]["KAFKAPROOF_CACHE"]) and zipped.name == job_py_files().name
+    assert zipped.read_bytes() == job_py_files().read_bytes()
+
+
+def test_the_installed_spark_job_finds_its_package_beside_its_entry_file(installed):
+    """Without --py-files (a local master), the wheel's spark/analyze.py imports the wheel's package."""
+    entry = installed["purelib"] / "kafkaproof" / "_share" / "spark" / "analyze.py"
+    helped = run([installed["venv"] / "bin" / "python", entry, "--help"], cwd=installed["cwd"], env=installed["env"])
+    assert helped.startswith("usage:") and "--parallel" in helped
 
 
 def test_the_packaged_data_is_the_checkouts_byte_for_byte(installed):

@@ -1,26 +1,29 @@
 """Run the Spark analysis job (spark/analyze.py) on run directories.
 
-`analyze(run_dir)` runs `spark-submit spark/analyze.py <run_dir>` on a local
-master, streams its output to the log, and returns `analysis/metrics.json`.
-`spark_submit_argv()` / `application_path()` / `spark_conf()` give the same
+`analyze(run_dir)` runs `spark-submit --py-files <job package zip> spark/analyze.py <run_dir>`
+on a local master, streams its output to the log, and returns `analysis/metrics.json`.
+`spark_submit_argv()` / `application_path()` / `job_py_files()` / `spark_conf()` give the same
 command to the Airflow DAG's SparkSubmitOperator.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import zipfile
 from collections import deque
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..cluster import process, procs
-from ..paths import share_dir
+from ..paths import cache_dir, share_dir
 from ..errors import AnalysisError, LedgerError
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,46 @@ def application_path() -> Path:
     return share_dir("spark") / "analyze.py"
 
 
+JOB_PACKAGE = "kafkaproof_analysis"  # spark/kafkaproof_analysis/: the job's modules, beside its entry file
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: the archive's bytes depend on the sources alone
+
+
+def job_sources() -> list[tuple[str, bytes]]:
+    """The job package's Python files as (path inside the zip, content), sorted."""
+    root = share_dir("spark")
+    files = sorted(p for p in (root / JOB_PACKAGE).rglob("*.py") if "__pycache__" not in p.parts)
+    if not files:
+        raise AnalysisError(f"{root / JOB_PACKAGE}: the Spark job's package is missing; this installation of "
+                            "kafkaproof is incomplete (reinstall it, or run from a checkout)")
+    return [(p.relative_to(root).as_posix(), p.read_bytes()) for p in files]
+
+
+def job_py_files() -> Path:
+    """The job package zipped for spark-submit's --py-files: `<cache>/spark/kafkaproof_analysis-<digest>.zip`.
+
+    Named by a digest of the sources and byte-for-byte reproducible (sorted entries, fixed dates, stored),
+    so it is built once per version of the job and processes building it at once write the same file.
+    """
+    sources = job_sources()
+    digest = hashlib.sha256()
+    for name, data in sources:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    target = cache_dir() / "spark" / f"{JOB_PACKAGE}-{digest.hexdigest()[:16]}.zip"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp",
+                                     delete=False) as tmp:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
+            for name, data in sources:
+                info = zipfile.ZipInfo(name, ZIP_DATE)
+                info.external_attr = 0o644 << 16
+                archive.writestr(info, data)
+    os.chmod(tmp.name, 0o644)
+    os.replace(tmp.name, target)
+    return target
+
+
 def find_spark_submit(spark_submit: str | None = None) -> str:
     """spark-submit: the one given, else next to sys.executable (the venv), else on PATH."""
     if spark_submit:
@@ -109,6 +152,7 @@ def spark_submit_argv(run_dirs: Sequence[Path | str] | Path | str, master: str =
     argv = [find_spark_submit(spark_submit), "--master", resolve_master(master), "--name", "kafkaproof-analyze"]
     for k, v in spark_conf(extra_conf).items():
         argv += ["--conf", f"{k}={v}"]
+    argv += ["--py-files", str(job_py_files())]
     return argv + [str(application_path()), *app_args,
                    *[str(d) if is_uri(d) else str(Path(d).resolve()) for d in run_dirs]]
 

@@ -28,7 +28,7 @@ from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
 
 # The checkout's spark/analyze.py, or the installed package's copy: this file also works copied into
-# another Airflow's dags folder next to a pip-installed kafkaproof.
+# another Airflow's dags folder next to a pip-installed kafkaproof. Its package goes along with --py-files.
 ANALYZE_APP = str(application_path())
 ANALYZE_PY_FILES = str(job_py_files())
 POOL = "kafka_cluster"  # one slot: two clusters must not share this host

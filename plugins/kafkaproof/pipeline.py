@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .cluster import attach, start_cluster, state
+from .cluster.process import start_ticks
 from .errors import ClusterError, KafkaproofError, ScenarioError
 from .faults import check_scenario_faults
 from .paths import runs_dir, scenarios_dir
@@ -123,21 +124,13 @@ LIVE_DAGRUN_STATES = ("queued", "running")
 FOREIGN_OWNER_STALE_S = 600.0  # another Airflow's cluster: gone when its last task died this long ago
 
 
-def _process_start(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot; with the pid, it names the process), None if none."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def pipeline_owner(batch_id: str) -> dict[str, Any]:
     """Who owns a pipeline cluster: the DAG run (`dag_id/run_id`), the Airflow (its home, whose metadata
     database knows the run), and the task process that uses the cluster now."""
     dag_id, _, run_id = batch_id.partition("/")
     pid = os.getpid()
     return {"batch": batch_id, "dag_id": dag_id, "run_id": run_id, "airflow_home": os.environ.get("AIRFLOW_HOME"),
-            "host": socket.gethostname(), "pid": pid, "pid_start": _process_start(pid), "at": time.time()}
+            "host": socket.gethostname(), "pid": pid, "pid_start": start_ticks(pid), "at": time.time()}
 
 
 def owner_gone(name: str, dagrun_state: DagRunState | None = None, own_batch: str | None = None) -> str | None:
@@ -170,7 +163,7 @@ def owner_gone(name: str, dagrun_state: DagRunState | None = None, own_batch: st
         return (f"its DAG run {owner['batch']} is {run_state}" if run_state
                 else f"its DAG run {owner['batch']} is not in this Airflow's metadata database")
     pid = owner.get("pid")
-    if pid and _process_start(pid) is not None and _process_start(pid) == owner.get("pid_start"):
+    if pid and start_ticks(pid) is not None and start_ticks(pid) == owner.get("pid_start"):
         return None
     if time.time() - mtime < FOREIGN_OWNER_STALE_S:
         return None
@@ -183,7 +176,7 @@ def touch_owner(name: str) -> None:
     with contextlib.suppress(ClusterError, OSError, ValueError), state.update_state(name) as st:
         if st.get("owner"):
             pid = os.getpid()
-            st["owner"] = {**st["owner"], "pid": pid, "pid_start": _process_start(pid), "at": time.time()}
+            st["owner"] = {**st["owner"], "pid": pid, "pid_start": start_ticks(pid), "at": time.time()}
 
 
 def reclaim(name: str, why: str) -> dict[str, Any]:

@@ -5,9 +5,9 @@ scheduler starts (`CronTriggerTimetable` starts from the latest past cron time):
 checkout started the nightly pipeline at once, a restart in the afternoon ran last night's. A
 reliability run nobody asked for competes with whatever else the host does, so
 `NoMissedRunsTimetable` runs a time only when the scheduler reaches it on time (within
-`MISSED_AFTER`); with catchup on (`KAFKAPROOF_CATCHUP=true`) it is an ordinary CronTriggerTimetable
-and runs what it missed. Airflow deserialises a custom timetable only when a plugin registers it:
-`KafkaproofTimetablesPlugin` does (the checkout's plugins/ folder, and the `airflow.plugins` entry
+`MISSED_AFTER`); with catchup on it is an ordinary CronTriggerTimetable and runs what it
+missed (the DAGs use a plain cron schedule instead when `KAFKAPROOF_RUN_MISSED=true`). Airflow
+deserialises a custom timetable only when a plugin registers it: `KafkaproofTimetablesPlugin` does (the checkout's plugins/ folder, and the `airflow.plugins` entry
 point of an installed kafkaproof).
 """
 from __future__ import annotations

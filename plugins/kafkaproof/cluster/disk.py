@@ -35,15 +35,19 @@ BACKING_DIR = "data.disk"
 def control_address(mount: Path) -> str:
     """The control socket of the diskfs on `mount`: a path in the owner's private socket directory
     (`controlsock.socket_dir`, mode 0700), named after the mount point."""
-    import hashlib
-    return str(controlsock.socket_path("diskfs-" + hashlib.sha1(str(Path(mount).resolve()).encode()).hexdigest()[:20]))
+    return str(controlsock.socket_path("diskfs-" + _mount_digest(mount)))
 
 
 def legacy_control_address(mount: Path) -> str:
     """Where a diskfs of an older kafkaproof (abstract namespace, no permissions) listens: a cluster kept
     across an upgrade is still healed through it."""
+    return "\0kafkaproof-diskfs-" + _mount_digest(mount)
+
+
+def _mount_digest(mount: Path) -> str:
+    """Pure but for resolving the path: the name a mount point's control socket carries."""
     import hashlib
-    return "\0kafkaproof-diskfs-" + hashlib.sha1(str(Path(mount).resolve()).encode()).hexdigest()[:20]
+    return hashlib.sha1(str(Path(mount).resolve()).encode()).hexdigest()[:20]
 
 
 @dataclass

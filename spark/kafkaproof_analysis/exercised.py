@@ -1,6 +1,7 @@
 """Was the check exercised? Whether each injected fault took effect, and the scenario's own conditions.
 
-The fault kinds and the evidence each leaves are listed here (docs/analysis.md "Was the check exercised?").
+One judge per fault family (`FAMILY_JUDGES`), reading the evidence its family lists (families.py; docs/analysis.md
+"Was the check exercised?").
 """
 from __future__ import annotations
 
@@ -11,16 +12,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .base import NS_PER_S
+from .families import family_of, kinds_of
 
-
-# Kinds of fault and what shows they took effect (docs/analysis.md "Was the check exercised?").
-NODE_STATE_AFTER = {"kill": "dead", "stop": "dead", "pause": "paused"}
-NFT_KINDS = ("isolate", "cut", "partition", "cut_clients", "packet_loss")
-PROXY_FAULT_KINDS = ("lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole", "metadata",
-                     "fetch_corrupt", "fetch_duplicate")
-ROLLING_FAULT_KINDS = ("rolling_upgrade", "rolling_restart")
-CLOCK_FAULT_KINDS = ("clock_skew",)
-DISK_RULE_KINDS = ("disk_error", "disk_full", "disk_latency")
+CLOCK_FAULT_KINDS = kinds_of("clock")
+DISK_RULE_KINDS = tuple(k for k in kinds_of("disk") if k != "power_loss")  # each a diskfs rule
 
 
 def power_loss_effect(effect: Mapping[str, Any]) -> tuple[bool, str]:
@@ -86,50 +81,63 @@ def rolling_effect(kind: str, params: Mapping[str, Any], effect: Mapping[str, An
     return not off and finalized, evidence
 
 
-def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
-    """Pure: whether one injected fault observably took effect, and the evidence, from its `effect` record."""
-    effect = json.loads(fault.get("effect") or "{}")
-    kind, target = fault["kind"], fault.get("target") or ""
-    if target.startswith("consumer:"):
-        want = "paused" if kind == "pause" else "dead"
-        state = effect.get("consumer_state")
-        restarted = effect.get("consumer_restarted")
-        held = state == want and (kind == "pause" or restarted is not False)
-        return held, (f"consumer process {state or 'state not recorded'} after the {kind}"
-                      + ("" if kind == "pause" else
-                         f"; {'restarted' if restarted else 'not restarted' if restarted is False else 'restart not recorded'}"))
-    if kind == "power_loss":
-        return power_loss_effect(effect)
-    if kind in DISK_RULE_KINDS:
-        n = effect.get("disk_fired")
-        return bool(n), ("the disk rule's count was not recorded" if n is None else
-                         f"the disk rule {'slowed' if kind == 'disk_latency' else 'failed'} {n} "
-                         f"operation{'' if n == 1 else 's'}")
-    if kind in NODE_STATE_AFTER:
-        states = effect.get("node_states") or {}
-        want = NODE_STATE_AFTER[kind]
-        if not states:
-            return False, "no node state was recorded after the injection"
-        return all(v == want for v in states.values()), ", ".join(f"node {n} {v}" for n, v in sorted(states.items()))
+def consumer_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a consumer fault took effect when the consumer process was in the state it causes (and, but for a
+    pause, was started again at heal)."""
+    want = "paused" if kind == "pause" else "dead"
+    state = effect.get("consumer_state")
+    restarted = effect.get("consumer_restarted")
+    held = state == want and (kind == "pause" or restarted is not False)
+    return held, (f"consumer process {state or 'state not recorded'} after the {kind}"
+                  + ("" if kind == "pause" else
+                     f"; {'restarted' if restarted else 'not restarted' if restarted is False else 'restart not recorded'}"))
+
+
+def process_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a restart took effect when every node runs a new process; a kill, stop or pause when every node
+    was dead (paused) afterwards."""
     if kind == "restart":
         restarted = effect.get("restarted") or {}
         if not restarted:
             return False, "no restart was recorded"
         return all(restarted.values()), ", ".join(f"node {n} {'restarted' if v else 'NOT restarted'}"
                                                   for n, v in sorted(restarted.items()))
-    if kind in NFT_KINDS:
-        n = effect.get("dropped_packets")
-        return bool(n), ("no packet counts were recorded" if n is None else f"its rules dropped {n} packets")
+    states = effect.get("node_states") or {}
+    want = "paused" if kind == "pause" else "dead"
+    if not states:
+        return False, "no node state was recorded after the injection"
+    return all(v == want for v in states.values()), ", ".join(f"node {n} {v}" for n, v in sorted(states.items()))
+
+
+def network_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a bandwidth limit took effect when its token buckets held packets back; an nft fault when its
+    rules dropped packets."""
     if kind == "bandwidth":
         held_back = (effect.get("tbf_overlimits") or 0) + (effect.get("tbf_dropped") or 0)
         return held_back > 0, f"the token buckets held back {held_back} packets"
-    if kind in PROXY_FAULT_KINDS:
-        n = effect.get("proxy_fired", fault.get("proxy_fired"))
-        return bool(n), ("the proxy rule's count was not recorded" if n is None else f"the proxy rule fired {n} times")
-    if kind in ROLLING_FAULT_KINDS:
-        return rolling_effect(kind, json.loads(fault.get("params") or "{}"), effect)
-    if kind in CLOCK_FAULT_KINDS:
-        return clock_effect(json.loads(fault.get("params") or "{}"), effect)
+    n = effect.get("dropped_packets")
+    return bool(n), ("no packet counts were recorded" if n is None else f"its rules dropped {n} packets")
+
+
+def proxy_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a proxy fault took effect when its rule fired."""
+    n = effect.get("proxy_fired", fault.get("proxy_fired"))
+    return bool(n), ("the proxy rule's count was not recorded" if n is None else f"the proxy rule fired {n} times")
+
+
+def disk_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a power loss as `power_loss_effect` says; a disk rule took effect when it fired."""
+    if kind == "power_loss":
+        return power_loss_effect(effect)
+    n = effect.get("disk_fired")
+    return bool(n), ("the disk rule's count was not recorded" if n is None else
+                     f"the disk rule {'slowed' if kind == 'disk_latency' else 'failed'} {n} "
+                     f"operation{'' if n == 1 else 's'}")
+
+
+def rolling_family_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a rolling fault as `rolling_effect` says; a node's step when it served again; the finalising step
+    when the features were finalised."""
     if kind == "roll_node":
         step = effect.get("step")
         if not step:
@@ -140,7 +148,28 @@ def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
         step = effect.get("step") or {}
         return bool(step.get("finalized")), (f"release {step['release']} finalised" if step.get("finalized") else
                                              f"not finalised: {effect.get('effect_error') or 'no result recorded'}")
-    return False, f"kafkaproof has no check for fault kind {kind!r}"
+    return rolling_effect(kind, json.loads(fault.get("params") or "{}"), effect)
+
+
+# The judge of each family's faults: (kind, fault row, its effect) -> (took effect, evidence).
+FAMILY_JUDGES = {
+    "process": process_effect,
+    "network": network_effect,
+    "proxy": proxy_effect,
+    "rolling": rolling_family_effect,
+    "clock": lambda kind, fault, effect: clock_effect(json.loads(fault.get("params") or "{}"), effect),
+    "disk": disk_effect,
+    "consumer": consumer_effect,
+}
+
+
+def fault_effect(fault: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: whether one injected fault observably took effect, and the evidence, from its `effect` record."""
+    effect = json.loads(fault.get("effect") or "{}")
+    family = family_of(fault)
+    if family is None:
+        return False, f"kafkaproof has no check for fault kind {fault['kind']!r}"
+    return FAMILY_JUDGES[family](fault["kind"], fault, effect)
 
 
 def exercise_results(faults: Sequence[Mapping[str, Any]], conditions: Sequence[Mapping[str, Any]],

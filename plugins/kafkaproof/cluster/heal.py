@@ -14,6 +14,7 @@ import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Callable
 
 from ..errors import ClusterError, FaultError
 from ..spec.cluster import NodeLink
@@ -83,50 +84,96 @@ def remove_disk_rules(cluster, pairs: list) -> dict[str, int]:
     return {"disk_fired": fired}
 
 
-def undo(cluster, heal: dict, restart_nodes: bool) -> dict | None:
-    """Undo a fault's effects (its heal recipe); returns what it did while active (proxy rule, nft and tc
-    counters), or None. Restarts stopped nodes only with `restart_nodes` (a teardown does not)."""
-    errors = []
-    stats = remove_proxy_rules(cluster, heal["proxy_rules"]) if heal.get("proxy_rules") else None
-    if heal.get("disk_rules"):
-        try:
-            stats = {**(stats or {}), **remove_disk_rules(cluster, heal["disk_rules"])}
-        except (FaultError, OSError) as e:
-            errors.append(f"disk rules {heal['disk_rules']}: {e}")
-    if heal.get("nft"):
-        dropped = {"dropped_packets": 0, "dropped_bytes": 0}
-        for ns, table in heal["nft"]:
-            counters = network.nft_dropped(ns, table)
-            dropped["dropped_packets"] += counters.get("packets", 0)
-            dropped["dropped_bytes"] += counters.get("bytes", 0)
-            network.nft_delete_table(ns, table)
-        stats = {**(stats or {}), **dropped}
-    if heal.get("tc"):
-        held = {"tbf_overlimits": 0, "tbf_dropped": 0}
-        for link in heal["tc"]:
-            tc = network.tc_stats(NodeLink.from_json(link))
-            held["tbf_overlimits"] += tc["overlimits"]
-            held["tbf_dropped"] += tc["dropped"]
-            network.tc_clear(NodeLink.from_json(link))
-        stats = {**(stats or {}), **held}
-    if heal.get("clock"):
-        try:
-            cluster.set_clock_offsets({nid: 0.0 for nid in heal["clock"]})
-        except (ClusterError, FaultError, OSError) as e:
-            errors.append(f"clocks of nodes {heal['clock']}: {e}")
-    for nid in heal.get("resume", []):
+def _undo_proxy_rules(cluster, pairs: list, restart_nodes: bool) -> tuple[dict | None, list[str]]:
+    return remove_proxy_rules(cluster, pairs), []
+
+
+def _undo_disk_rules(cluster, pairs: list, restart_nodes: bool) -> tuple[dict | None, list[str]]:
+    try:
+        return remove_disk_rules(cluster, pairs), []
+    except (FaultError, OSError) as e:
+        return None, [f"disk rules {pairs}: {e}"]
+
+
+def _undo_nft(cluster, tables: list, restart_nodes: bool) -> tuple[dict | None, list[str]]:
+    dropped = {"dropped_packets": 0, "dropped_bytes": 0}
+    for ns, table in tables:
+        counters = network.nft_dropped(ns, table)
+        dropped["dropped_packets"] += counters.get("packets", 0)
+        dropped["dropped_bytes"] += counters.get("bytes", 0)
+        network.nft_delete_table(ns, table)
+    return dropped, []
+
+
+def _undo_tc(cluster, links: list, restart_nodes: bool) -> tuple[dict | None, list[str]]:
+    held = {"tbf_overlimits": 0, "tbf_dropped": 0}
+    for link in links:
+        tc = network.tc_stats(NodeLink.from_json(link))
+        held["tbf_overlimits"] += tc["overlimits"]
+        held["tbf_dropped"] += tc["dropped"]
+        network.tc_clear(NodeLink.from_json(link))
+    return held, []
+
+
+def _undo_clock(cluster, nodes: list, restart_nodes: bool) -> tuple[dict | None, list[str]]:
+    try:
+        cluster.set_clock_offsets({nid: 0.0 for nid in nodes})
+    except (ClusterError, FaultError, OSError) as e:
+        return None, [f"clocks of nodes {nodes}: {e}"]
+    return None, []
+
+
+def _undo_resume(cluster, nodes: list, restart_nodes: bool) -> tuple[dict | None, list[str]]:
+    for nid in nodes:
         cluster.resume_node(nid)
+    return None, []
+
+
+def _undo_restart(cluster, nodes: list, restart_nodes: bool) -> tuple[dict | None, list[str]]:
+    errors = []
     if restart_nodes:
-        for nid in heal.get("restart", []):
+        for nid in nodes:
             try:
                 cluster.start_node(nid)
             except (ClusterError, FaultError, OSError) as e:
                 errors.append(f"node {nid}: {e}")
-        for nid in heal.get("restart", []):
+        for nid in nodes:
             try:
                 cluster.wait_node_listening(nid, timeout_s=60)
             except ClusterError as e:
                 errors.append(str(e))
+    return None, errors
+
+
+# The mechanisms a heal recipe may name, in the order they are undone: a recipe is `{step: what}`, written by
+# the fault's family handler (kafkaproof.faults.families) and kept in the state file, so anything that tears
+# a cluster down heals it without the fault layer. Each step returns (what the fault did, errors to report).
+UNDO_STEPS: dict[str, Callable[[Any, Any, bool], tuple[dict | None, list[str]]]] = {
+    "proxy_rules": _undo_proxy_rules,  # [[node id, rule id]]
+    "disk_rules": _undo_disk_rules,  # [[node id, rule id]]
+    "nft": _undo_nft,  # [[namespace, table]]
+    "tc": _undo_tc,  # [NodeLink json]
+    "clock": _undo_clock,  # [node id]: back to true time
+    "resume": _undo_resume,  # [node id]
+    "restart": _undo_restart,  # [node id], started again only with `restart_nodes`
+}
+
+
+def undo(cluster, heal: dict, restart_nodes: bool) -> dict | None:
+    """Undo a fault's effects (its heal recipe, see UNDO_STEPS); returns what it did while active (proxy
+    rule, nft and tc counters), or None. Restarts stopped nodes only with `restart_nodes` (a teardown does not)."""
+    unknown = sorted(set(heal) - set(UNDO_STEPS))
+    if unknown:
+        raise FaultError(f"heal recipe {heal} names steps this kafkaproof cannot undo: {', '.join(unknown)}; "
+                         f"heal it with the kafkaproof version that injected it")
+    errors: list[str] = []
+    stats = None
+    for name, step in UNDO_STEPS.items():
+        if heal.get(name):
+            did, failed = step(cluster, heal[name], restart_nodes)
+            errors += failed
+            if did is not None:
+                stats = {**(stats or {}), **did}
     if errors:
         raise FaultError("healing failed: " + "; ".join(errors))
     return stats

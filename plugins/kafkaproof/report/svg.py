@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from ..spec.fault_families import FAMILIES
 from .data import RunData
 from .kit import VERDICT_COLORS, Markup, esc, fmt_int, fmt_ms, fmt_num, fmt_t, join, tag, void
 from .shaping import (Change, ConsumerMark, FaultWindow, Segment, TrendPoint, anomaly_times, cluster_changes,
@@ -19,11 +20,8 @@ MAX_PARTITION_LANES = 12
 MAX_CONSUMER_LANES = 6
 
 
-FAULT_COLORS: dict[str, str] = {
-    "kill": "#d62728", "stop": "#e377c2", "pause": "#9467bd", "restart": "#8c564b",
-    "isolate": "#ff7f0e", "cut": "#e6550d", "partition": "#fd8d3c", "cut_clients": "#bcbd22",
-    "packet_loss": "#17becf", "bandwidth": "#3182bd",
-}
+# Each fault kind's colour on the timeline, as its family says (spec/fault_families.py); others grey.
+FAULT_COLORS: dict[str, str] = {kind: color for family in FAMILIES.values() for kind, color in family.colors.items()}
 
 
 @dataclass

@@ -11,6 +11,7 @@ import pyarrow as pa
 from ..cluster.backend import ClusterBackend
 from ..spec import ledger
 from ..spec.clients import producer_settings
+from ..spec.fault_families import heal_fields
 from .java_driver import COMPLETIONS_TSV, EVENTS_TSV, READS_TSV, SENDS_TSV, TXNS_TSV, read_tsv
 from .workload import COMPLETION_STREAM, SEND_STREAM, TXN_STREAM, classify_delivery, read_stream
 
@@ -145,9 +146,8 @@ def fault_rows(fault_log: Path) -> list[dict]:
     return sorted(rows.values(), key=lambda r: r["start_ns"])
 
 
-# What a heal record says the fault did while active (faults.py `_apply_heal`).
-HEAL_EFFECTS = ("proxy_fired", "proxy_matched", "dropped_packets", "dropped_bytes", "tbf_overlimits", "tbf_dropped",
-                "disk_fired", "consumer_restarted", "step", "effect_error")
+# What a heal record says the fault did while active: the heal fields of every family (spec/fault_families.py).
+HEAL_EFFECTS = heal_fields()
 
 
 def collect_proxy_events(cluster: ClusterBackend, since_ns: int, dest: Path) -> int:

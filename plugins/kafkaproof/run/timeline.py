@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
-from ..cluster import process
-from ..cluster.heal import append_fault_log, now
 from ..errors import KafkaproofError
-from ..faults import FaultInjector
+from ..faults import ConsumerHandler, FaultInjector
 from ..spec.scenario import TimelineFault
 from .control import POLL_S, RunControl
 from .workers import WorkerEvents, Workers
@@ -48,7 +44,7 @@ class Timeline:
         self.entries = run.scenario.timeline()
         self.fault_ids: dict[int, str] = {}  # entry position -> fault id, once injected
         self.active: dict[str, str] = {}
-        self.consumer_faults: dict[str, tuple[TimelineFault, int]] = {}
+        self.consumer_faults = ConsumerHandler(workers)
         self.healed: set[int] = set()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -176,7 +172,7 @@ class Timeline:
         or None when it could not be injected (an error of the run)."""
         try:
             if entry.on_consumer:
-                fid, nodes = self._inject_consumer(entry, annotations), []
+                fid, nodes = self.consumer_faults.inject(entry.spec, self.run.fault_log, annotations), []
             else:
                 fault = self.injector.inject(entry.spec, annotations)
                 fid, nodes = fault.fault_id, list(fault.nodes)
@@ -198,37 +194,10 @@ class Timeline:
             fid = self.fault_ids[pos]
         self._heal(fid)
 
-    def _inject_consumer(self, entry: TimelineFault, annotations: dict | None = None) -> str:
-        index = int(entry.spec.target.split(":")[1])
-        sig = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "pause": signal.SIGSTOP}[entry.spec.kind]
-        pid = self.workers.signal_consumer(index, sig)
-        if sig != signal.SIGSTOP:
-            self.workers.consumers[index].wait(30)
-            state_after = "dead" if self.workers.consumers[index].poll() is not None else "running"
-        else:
-            state_after = process.state_of(process.ref_for(pid)) if process.start_ticks(pid) else "dead"
-        fid = f"{entry.spec.kind}-consumer{index}-{uuid.uuid4().hex[:6]}"
-        mono, wall = now()
-        append_fault_log(self.run.fault_log, {"event": "inject", "fault_id": fid, "kind": entry.spec.kind,
-                                              "target": entry.spec.target, "nodes": [],
-                                              "params": {"pid": pid, **entry.spec.params}, "mono_ns": mono,
-                                              "wall": wall, "effect": {"consumer_state": state_after},
-                                              **({"annotations": annotations} if annotations else {})})
-        self.consumer_faults[fid] = (entry, index)
-        log.info("fault %s: %s consumer %d (pid %d)", fid, entry.spec.kind, index, pid)
-        return fid
-
     def _heal(self, fid: str) -> None:
         try:
-            if fid in self.consumer_faults:
-                entry, index = self.consumer_faults.pop(fid)
-                before = self.workers.incarnations.get(index, 0)
-                self.workers.restart_consumer(index)
-                mono, wall = now()
-                append_fault_log(self.run.fault_log, {
-                    "event": "heal", "fault_id": fid, "kind": entry.spec.kind, "target": entry.spec.target,
-                    "nodes": [], "params": {}, "mono_ns": mono, "wall": wall,
-                    "consumer_restarted": self.workers.incarnations.get(index, 0) > before})
+            if fid in self.consumer_faults.active:
+                self.consumer_faults.heal(fid, self.run.fault_log)
             else:
                 self.injector.heal(fid)
         except (KafkaproofError, OSError) as e:
@@ -242,7 +211,7 @@ class Timeline:
         self.stop()
         for pos in list(self.fault_ids):
             self._heal_position(pos)
-        for fid in list(self.consumer_faults):
+        for fid in list(self.consumer_faults.active):
             self._heal(fid)
         if self.injector is not None:
             for fid in list(self.injector.injected):

@@ -20,7 +20,8 @@ from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
 from . import random_faults
-from .faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
+from .fault_families import CONSUMER, kinds_needing
+from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
@@ -29,7 +30,7 @@ GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
 ANOMALIES = EXPECTABLE
 COMMIT_STRATEGIES = ("auto", "sync", "async", "before")
 KEY_DISTRIBUTIONS = ("none", "single", "uniform", "sequential")
-CONSUMER_FAULT_KINDS = ("kill", "stop", "pause")
+CONSUMER_FAULT_KINDS = tuple(CONSUMER.kinds)
 # What a fault may wait for after its `at` (faults[].after.event): the state it needs, not the clock.
 TRIGGER_EVENTS = ("consumer_commit", "isr_shrunk")
 # Conditions a scenario states to make its check meaningful (exercised[].check); docs/analysis.md defines them.
@@ -570,7 +571,7 @@ def _check_semantics(data: dict, source: str) -> None:
 
 
 # Node features of the local backend that fault kinds need: the cluster setting, the kinds, and what it does.
-NODE_FEATURES = {"clock": CLOCK_KINDS, "disk": DISK_KINDS}
+NODE_FEATURES = {setting: kinds_needing(setting) for setting in ("clock", "disk")}
 _NODE_FEATURE_WHAT = {"clock": "its nodes are started under libfaketime",
                       "disk": "its nodes' log directories are on diskfs"}
 

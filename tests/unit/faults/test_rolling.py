@@ -11,7 +11,7 @@ from support import REPO, load_analysis_job
 
 from kafkaproof.cluster.compose import rolled_yaml
 from kafkaproof.errors import FaultError, ScenarioError
-from kafkaproof.faults.rolling import feature_levels, release_of, roll_order
+from kafkaproof.faults.families.rolling import feature_levels, release_of, roll_order
 from kafkaproof.report.shaping import node_segments
 from kafkaproof.spec import scenario as scenario_mod
 from kafkaproof.spec.faults import FaultSpec

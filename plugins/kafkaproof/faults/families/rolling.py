@@ -24,13 +24,15 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..cluster.heal import now
-from ..cluster.install import ensure_kafka
-from ..errors import ClusterError, FaultError
-from ..spec.faults import FaultSpec
+from ...cluster.heal import now
+from ...cluster.install import ensure_kafka
+from ...errors import ClusterError, FaultError
+from ...spec.fault_families import ROLLING
+from ...spec.faults import FaultSpec
+from .base import FaultHandler, Injection
 
 if TYPE_CHECKING:
-    from .injector import FaultInjector
+    from ..injector import FaultInjector
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,14 @@ def _feature_command(dist, bootstrap: str, *args: str) -> str:
         raise FaultError(f"kafka-features {args[0]} failed ({proc.returncode}): "
                          f"{(proc.stdout + proc.stderr).strip()[-600:]}")
     return proc.stdout
+
+
+class RollingHandler(FaultHandler):
+    family = ROLLING
+    at_once = True  # its steps have windows of their own; the fault's ends when the last node is back
+
+    def inject(self, injector: "FaultInjector", spec: FaultSpec, nodes: list[int], fault_id: str) -> Injection:
+        return Injection({}, roll(injector, spec, nodes))
 
 
 def _step_fault(kind: str, spec: FaultSpec, nodes: list[int], params: dict) -> dict[str, Any]:

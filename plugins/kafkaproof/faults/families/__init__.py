@@ -1,0 +1,34 @@
+"""The fault families' handlers, registered in one place against the registry of `spec.fault_families`.
+
+One module per family (process, network, proxy, rolling, clock, disk, consumer), each a handler that owns
+its kinds' checks past the spec's, inject, heal and "took effect" evidence (the `effect` record and the heal
+record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
+the consumer handler (it owns the consumer processes). README "Development" says how to add a family.
+"""
+from __future__ import annotations
+
+from ...spec.fault_families import FAMILIES, family_of
+from .base import FaultHandler, Injection
+from .clock import ClockHandler
+from .consumer import ConsumerHandler
+from .disk import DiskHandler
+from .network import NetworkHandler
+from .process import ProcessHandler
+from .proxy import ProxyHandler
+from .rolling import RollingHandler
+
+# Family name -> its handler on cluster nodes (the consumer family's handler is made per run: ConsumerHandler).
+HANDLERS: dict[str, FaultHandler] = {h.family.name: h for h in (
+    ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler())}
+
+
+def handler_for(kind: str) -> FaultHandler:
+    """The handler of a fault kind injected on nodes, or of a step kind (`roll_node`: rolling); FaultError
+    naming the kinds otherwise."""
+    for handler in HANDLERS.values():
+        if kind in handler.family.steps:
+            return handler
+    return HANDLERS[family_of(kind).name]
+
+
+__all__ = ["ConsumerHandler", "FAMILIES", "FaultHandler", "HANDLERS", "Injection", "handler_for"]

@@ -75,3 +75,50 @@ def test_imports_go_only_downward(path):
 def test_no_file_over_the_size_that_mixes_concerns():
     big = {str(p.relative_to(REPO)): n for p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not big, f"split these along their concerns: {big}"
+
+
+# --- fault kinds: one registry (issue 38.4) ----------------------------------------------------------------
+# Where the fault families' kinds may be listed: the registry, and the Spark job's checked copy of it
+# (tests/unit/analysis/test_job_package.py compares the two).
+FAULT_REGISTRIES = {PACKAGE / "spec" / "fault_families.py", REPO / "spark" / "kafkaproof_analysis" / "families.py"}
+
+
+def fault_kind_lists(path: Path, kinds: set[str]) -> list[tuple[int, list[str]]]:
+    """Literal tuples, lists, sets (and dict keys) in `path` that hold two or more fault kind names and no other
+    strings: kind lists (a word like "error" among other words is not one)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elements = node.elts
+        elif isinstance(node, ast.Dict):
+            elements = [k for k in node.keys if k is not None]
+        else:
+            continue
+        strings = [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(set(strings)) >= 2 and set(strings) <= kinds:
+            found.append((node.lineno, strings))
+    return found
+
+
+def sources_outside_the_registry() -> list[Path]:
+    spark = sorted(p for p in (REPO / "spark").rglob("*.py") if "__pycache__" not in p.parts)
+    dags = sorted((REPO / "dags").rglob("*.py"))
+    return [p for p in modules() + spark + dags if p not in FAULT_REGISTRIES]
+
+
+def test_no_fault_kind_list_outside_the_registry():
+    from kafkaproof.spec.fault_families import FAMILIES
+    kinds = {k for f in FAMILIES.values() for k in (*f.kinds, *f.steps)}
+    lists = {str(p.relative_to(REPO)): found for p in sources_outside_the_registry()
+             if (found := fault_kind_lists(p, kinds))}
+    assert not lists, ("fault kinds are listed in their family (spec/fault_families.py) only; derive from it: "
+                       f"{lists}")
+
+
+def test_the_kind_list_check_sees_a_kind_list():
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".py") as f:
+        f.write('A = ("kill", "stop")\nB = {"isolate": 1, "cut": 2}\nC = ("error", "latency", "full")\nD = ["kill"]\n')
+        f.flush()
+        assert [line for line, _ in fault_kind_lists(Path(f.name), {"kill", "stop", "isolate", "cut", "error",
+                                                                    "latency"})] == [1, 2]

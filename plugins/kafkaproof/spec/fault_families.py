@@ -213,7 +213,8 @@ DISK = FamilySpec(
      "disk_full": {"path": (str, False)},
      "disk_latency": {"ms": (_NUM, True), "op": (str, False), "path": (str, False)},
      "power_loss": {}},
-    effect_fields=("disk_rule", "node_states", "power_loss"), heal_fields=("disk_fired",), undo=("disk_rules", "restart"),
+    effect_fields=("disk_rule", "node_states", "power_loss"), heal_fields=("disk_fired",),
+    undo=("disk_rules", "restart"),
     needs="disk", actions={"disk_error": "error", "disk_full": "full", "disk_latency": "latency"},
     check=lambda kind, params, where: check_disk_params(params, where))
 # A consumer process of the run (target `consumer:<i>`) killed, stopped or paused; the run starts it again

@@ -1,8 +1,10 @@
-"""Fault specifications: the kinds, their parameters and targets, as pure data with validation.
+"""Fault specifications: a fault's kind, target and parameters, as pure data with validation.
 
 A `FaultSpec` says what to do (kind, target expression, parameters); the fault
 layer (`kafkaproof.faults`) resolves its target when it is injected, applies it on a
-cluster backend and heals it. docs: README "Faults", docs/proxy.md for proxy faults.
+cluster backend and heals it. The kinds, their parameters and value checks are their families'
+(`spec.fault_families`, the registry); the lists here are derived from it. docs: README "Faults",
+docs/proxy.md for proxy faults.
 """
 from __future__ import annotations
 

@@ -164,6 +164,7 @@ def test_every_accepted_signup_is_processed_and_poison_ones_follow_the_error_han
         assert sorted(wait_for(lambda: ids_when_readable(bootstrap, f"{TOPIC}.DLT", 2), 60, "2 dead letters")) == poison
         wait_for(lambda: skip.log_count("skipped after 1 retries") >= 2, 30, "2 skipped poison sign-ups")
         assert skip.log_count("skipped after 1 retries") == 2
+        assert skip.log_count("retries: java.lang.IllegalStateException: poison sign-up poison-") == 2
 
 
 def test_broker_down_after_ack_answers_503_before_ack_accepts_lost_signups(jars, make_cluster, tmp_path):

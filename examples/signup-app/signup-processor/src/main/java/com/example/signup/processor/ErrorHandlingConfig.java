@@ -7,6 +7,7 @@ import org.slf4j.LoggerFactory;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
+import org.springframework.core.NestedExceptionUtils;
 import org.springframework.kafka.config.TopicBuilder;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
@@ -24,7 +25,8 @@ public class ErrorHandlingConfig {
     public DefaultErrorHandler retryThenSkip(ProcessorProperties props) {
         return new DefaultErrorHandler(
                 (record, error) -> log.error("sign-up record {}-{}@{} skipped after {} retries: {}", record.topic(),
-                        record.partition(), record.offset(), props.retry().attempts(), error.toString()),
+                        record.partition(), record.offset(), props.retry().attempts(),
+                        NestedExceptionUtils.getMostSpecificCause(error).toString()),
                 backOff(props));
     }
 

@@ -24,6 +24,7 @@ SHARED: dict[str, tuple[str, ...] | None] = {
     "java": None,
     "compose": None,
     "scripts": ("docker-engine.sh", "docker-image.sh", "docker-compose-cli.sh"),  # what the compose backend runs
+    "examples": None,  # the example application (a user's, built by kafkaproof.run.example_app)
 }
 SHARE_PACKAGE_PATH = ("kafkaproof", "_share")
 # Build outputs and editor/VCS leftovers: Maven's java/target, bytecode caches, dotfiles.

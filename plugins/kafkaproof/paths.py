@@ -28,7 +28,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 SOURCE_ROOT = PACKAGE_DIR.parents[1]  # plugins/kafkaproof/paths.py -> the checkout (when it is one)
 # The data directories at the top of the repository. A wheel carries copies of them in
 # kafkaproof/_share/ (setup.py's build_py); `scripts` holds only the Docker scripts there.
-SHARED_DIRS = ("scenarios", "spark", "expectations", "java", "compose", "scripts")
+SHARED_DIRS = ("scenarios", "spark", "expectations", "java", "compose", "scripts", "examples")
 PACKAGED_SHARE = PACKAGE_DIR / "_share"
 
 

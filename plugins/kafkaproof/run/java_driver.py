@@ -12,10 +12,7 @@ Arrow table, dropping an unterminated last line (a driver killed mid-write).
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -24,7 +21,6 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +31,9 @@ from ..errors import InstallError, KafkaproofError
 from ..paths import cache_dir, share_dir, write_text_atomic
 from ..spec import ledger
 from ..spec.versions import DEFAULT_KAFKA_VERSION, check_version
+from .maven import locked as _locked
+from .maven import run_maven as _run_maven
+from .maven import tree_hash
 
 log = logging.getLogger(__name__)
 
@@ -107,43 +106,11 @@ def java_dir() -> Path:
 def source_hash(root: Path | None = None) -> str:
     """Pure over the files: a hash of `java/pom.xml` and every file under `java/src/` (names and contents)."""
     root = root or java_dir()
-    h = hashlib.sha256()
-    files = [root / "pom.xml", *sorted(p for p in (root / "src").rglob("*") if p.is_file())]
-    for f in files:
-        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return tree_hash(root, [root / "pom.xml", *sorted(p for p in (root / "src").rglob("*") if p.is_file())])
 
 
 def driver_dir() -> Path:
     return cache_dir() / "java-driver"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def _mvn() -> str:
-    mvn = shutil.which("mvn")
-    if not mvn:
-        raise InstallError("Maven (`mvn`) is needed to build the Java driver: apt-get install maven (make setup does)")
-    return mvn
-
-
-def _run_maven(args: list[str], cwd: Path, what: str) -> None:
-    """Runs Maven offline first (fast when ~/.m2 has everything), online if that fails."""
-    offline = subprocess.run([_mvn(), "-B", "-q", "-o", *args], cwd=cwd, capture_output=True, text=True)
-    if offline.returncode == 0:
-        return
-    log.info("%s: offline Maven build failed, trying online (Maven Central)", what)
-    online = subprocess.run([_mvn(), "-B", "-q", *args], cwd=cwd, capture_output=True, text=True)
-    if online.returncode != 0:
-        out = (online.stdout + online.stderr).strip().splitlines()
-        errors = [line for line in out if "ERROR" in line][:12] or out[-12:]
-        raise InstallError(f"{what} failed (mvn {' '.join(args)} in {cwd}):\n" + "\n".join(errors))
 
 
 def build(force: bool = False) -> Path:

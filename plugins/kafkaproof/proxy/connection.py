@@ -46,6 +46,12 @@ _SETTLE_TIMEOUT_S = 60.0
 # Produce requests the broker already had (a broker answers within the request's own timeout, 30 s
 # by default in both clients).
 _AWAIT_AFTER_RESET_S = 30.0
+# A reset also loses Produce answers written to the client shortly before it that the client had not
+# read yet: the Java client reads one answer per poll and, when a write to the broken connection
+# fails first, closes it with the rest unread (and retries those requests). The answers written
+# this long before a reset are reported as possibly unread; a duplicate shows which were.
+_UNREAD_WINDOW_S = 1.0
+_UNREAD_MAX = 64
 
 
 @dataclasses.dataclass(slots=True)
@@ -133,6 +139,9 @@ class _Connection:
         # (correlation id -> request, rule, caused_by), and the timer that gives up on them.
         self.awaited: dict[int, tuple[_Request, RuleState, str]] = {}
         self._await_timer: asyncio.TimerHandle | None = None
+        # Produce answers last written to the client, for requests that kept their frame (a rule was
+        # live): (time written, item); a reset reports those of the last _UNREAD_WINDOW_S.
+        self.written: collections.deque[tuple[float, Item]] = collections.deque(maxlen=_UNREAD_MAX)
         self.now = self.proxy.now
 
     # ----------------------------------------------------------------- lifecycle
@@ -175,6 +184,7 @@ class _Connection:
         upstream.on_lost = self._upstream_lost
         self.up = OrderedSender(self, upstream, self.client_side, REQUEST)
         self.down = OrderedSender(self, self.client_side, upstream, RESPONSE)
+        self.down.on_written = self._answer_written
         self.event("conn_open")
         self.client_side.resume("connecting")
 
@@ -222,7 +232,23 @@ class _Connection:
             self._report_discarded(state, caused_by, torn, torn_direction)
         self.close(reason, rst=True)
 
+    def _answer_written(self, item: Item) -> None:
+        ctx = item.ctx
+        if ctx.frame and ctx.header.api_key == kp.PRODUCE:
+            self.written.append((self.now(), item))
+
+    def _report_unread(self, state: RuleState, caused_by: str) -> None:
+        """Report the Produce answers written to the client in the last ``_UNREAD_WINDOW_S`` before a reset:
+        ``response_discarded`` with ``delivered: true``; the client may not have read them."""
+        now = self.now()
+        for written_at, item in self.written:
+            if now - written_at <= _UNREAD_WINDOW_S:
+                self._discarded(item, state, caused_by, True, {
+                    "delivered": True, "written_ms_before_reset": round((now - written_at) * 1000, 3)})
+        self.written.clear()
+
     def _report_discarded(self, state: RuleState, caused_by: str, torn: Item | None, torn_direction: str) -> None:
+        self._report_unread(state, caused_by)
         items: list[Item] = []
         torn_request = None
         if torn is not None:
@@ -311,9 +337,10 @@ class _Connection:
             if holder is not None and item.state in (SLOT_READY, SLOT_PENDING):
                 self._discarded(item, holder, "delayed", item.state == SLOT_READY)
 
-    def _discarded(self, item: Item, state: RuleState, caused_by: str, received: bool) -> None:
+    def _discarded(self, item: Item, state: RuleState, caused_by: str, received: bool,
+                   more: Mapping[str, Any] | None = None) -> None:
         """One ``response_discarded`` event: with what the broker wrote, when its Produce answer had arrived."""
-        detail: dict[str, Any] = {"caused_by": caused_by, "response_received": received}
+        detail: dict[str, Any] = {"caused_by": caused_by, "response_received": received, **(more or {})}
         if received:
             # A broker frame is queued without its length prefix (kept in ``head``);
             # one the proxy built (rewritten, injected error) carries its prefix.

@@ -71,4 +71,5 @@ TIMESERIES_SCHEMA = _schema(
 
 WRITES_SCHEMA = _schema(
     ("partition", _I32), ("first_offset", _I64), ("last_offset", _I64), ("cause_fault_id", _STR), ("cause", _STR),
+    ("duplicates_only", _BOOL),
 )

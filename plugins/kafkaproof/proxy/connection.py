@@ -46,12 +46,6 @@ _SETTLE_TIMEOUT_S = 60.0
 # Produce requests the broker already had (a broker answers within the request's own timeout, 30 s
 # by default in both clients).
 _AWAIT_AFTER_RESET_S = 30.0
-# A reset also loses Produce answers written to the client shortly before it that the client had not
-# read yet: the Java client reads one answer per poll and, when a write to the broken connection
-# fails first, closes it with the rest unread (and retries those requests). The answers written
-# this long before a reset are reported as possibly unread; a duplicate shows which were.
-_UNREAD_WINDOW_S = 1.0
-_UNREAD_MAX = 64
 
 
 @dataclasses.dataclass(slots=True)
@@ -139,9 +133,11 @@ class _Connection:
         # (correlation id -> request, rule, caused_by), and the timer that gives up on them.
         self.awaited: dict[int, tuple[_Request, RuleState, str]] = {}
         self._await_timer: asyncio.TimerHandle | None = None
-        # Produce answers last written to the client, for requests that kept their frame (a rule was
-        # live): (time written, item); a reset reports those of the last _UNREAD_WINDOW_S.
-        self.written: collections.deque[tuple[float, Item]] = collections.deque(maxlen=_UNREAD_MAX)
+        # Once a lost ack with reset is due: the Produce answers written to the client since (time
+        # written, item). The client may not have read them when the reset comes: the Java client reads
+        # one answer per poll and, when a write to the broken connection fails first, closes it with
+        # the rest unread (and re-sends those requests). The reset reports them.
+        self.written: list[tuple[float, Item]] = []
         self.now = self.proxy.now
 
     # ----------------------------------------------------------------- lifecycle
@@ -184,7 +180,6 @@ class _Connection:
         upstream.on_lost = self._upstream_lost
         self.up = OrderedSender(self, upstream, self.client_side, REQUEST)
         self.down = OrderedSender(self, self.client_side, upstream, RESPONSE)
-        self.down.on_written = self._answer_written
         self.event("conn_open")
         self.client_side.resume("connecting")
 
@@ -233,18 +228,17 @@ class _Connection:
         self.close(reason, rst=True)
 
     def _answer_written(self, item: Item) -> None:
-        ctx = item.ctx
-        if ctx.frame and ctx.header.api_key == kp.PRODUCE:
+        if item.ctx.header.api_key == kp.PRODUCE:
             self.written.append((self.now(), item))
 
     def _report_unread(self, state: RuleState, caused_by: str) -> None:
-        """Report the Produce answers written to the client in the last ``_UNREAD_WINDOW_S`` before a reset:
-        ``response_discarded`` with ``delivered: true``; the client may not have read them."""
+        """Report the Produce answers written to the client while the reset was due (a lost ack's request
+        forwarded, its answer's turn not come): ``response_discarded`` with ``delivered: true``; the
+        client may not have read them."""
         now = self.now()
         for written_at, item in self.written:
-            if now - written_at <= _UNREAD_WINDOW_S:
-                self._discarded(item, state, caused_by, True, {
-                    "delivered": True, "written_ms_before_reset": round((now - written_at) * 1000, 3)})
+            self._discarded(item, state, caused_by, True, {
+                "delivered": True, "written_ms_before_reset": round((now - written_at) * 1000, 3)})
         self.written.clear()
 
     def _report_discarded(self, state: RuleState, caused_by: str, torn: Item | None, torn_direction: str) -> None:
@@ -508,6 +502,8 @@ class _Connection:
             self._forward(ctx, plan, fault=state)
             if rule.reset:
                 self.client_side.on_frame = self._on_request_before_reset
+                assert self.down is not None
+                self.down.on_written = self._answer_written
             return True
         if rule.action == ERROR:
             return self._inject_error(ctx, plan, state)

@@ -1,6 +1,7 @@
 """Causes of anomalies: writes the fault proxy kept from the client (attribution) and leaderless windows."""
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,7 +30,9 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
     came, before the reset or after it, carry base offsets): each partition with a base offset
     >= 0 took offsets [base, base + record_count - 1] (only `base` when the count is
     unknown). Rows of other topics are ignored when `topic` is known; a write
-    recorded twice is kept once (earliest).
+    recorded twice is kept once (earliest). A `response_discarded` answer the proxy had
+    written to the client just before the reset (`detail.delivered`) is `delivered`: the
+    client may have read it, so only a duplicate of it (a retry) shows it had not.
     """
     out: dict[tuple[int, int], dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: r["ts_ns"] or 0):
@@ -38,6 +41,7 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
         if topic is not None and r["topic"] is not None and r["topic"] != topic:
             continue
         counts = r["record_counts"] or []
+        delivered = bool(r.get("detail") and json.loads(r["detail"]).get("delivered"))
         for i, (partition, base) in enumerate(zip(r["partitions"] or [], r["base_offsets"])):
             if base is None or base < 0:
                 continue
@@ -46,6 +50,7 @@ def unacknowledged_writes(rows: Iterable[Mapping[str, Any]], topic: str | None) 
                 "partition": int(partition), "first_offset": int(base), "last_offset": int(base) + n - 1,
                 "cause_fault_id": r["fault_id"] or r["rule_id"], "action": r["action"], "phase": r["phase"],
                 "broker": r["broker"], "conn": r["conn"], "correlation_id": r["correlation_id"], "ts_ns": r["ts_ns"],
+                "delivered": delivered,
             })
     return sorted(out.values(), key=lambda w: (w["partition"], w["first_offset"]))
 
@@ -54,6 +59,8 @@ def cause_text(write: Mapping[str, Any]) -> str:
     """Pure: one sentence naming the proxy action behind an attributed anomaly."""
     if write["phase"] == "response_discarded" and write["action"] == "latency":
         what = "the fault proxy held back until the client gave up on it (closed the connection)"
+    elif write.get("delivered"):
+        what = "the fault proxy wrote to the client just before it reset the connection, unread by the client"
     else:
         what = {"response_dropped": "the fault proxy dropped (lost ack)",
                 "response_replaced": "the fault proxy replaced with an error",
@@ -114,16 +121,18 @@ def attribute_causes(spark: SparkSession, anomalies: DataFrame, writes: list[dic
     """Add `cause_fault_id`/`cause`: set on ATTRIBUTED_KINDS rows whose first log copy
     (`offset`) lies in an unacknowledged write of the same partition, or, for a duplicate,
     whose last copy does (the retry landed first: a request pipelined on a connection a
-    reset broke was written after the client's retry on a new one), else null."""
+    reset broke was written after the client's retry on a new one), else null. A write
+    whose answer the client may have read (`delivered`) explains duplicates only."""
     if not writes:
         return (anomalies.withColumn("cause_fault_id", F.lit(None).cast("string"))
                 .withColumn("cause", F.lit(None).cast("string")))
     w = spark.createDataFrame([(x["partition"], x["first_offset"], x["last_offset"], x["cause_fault_id"],
-                                cause_text(x)) for x in writes], WRITES_SCHEMA)
+                                cause_text(x), bool(x.get("delivered"))) for x in writes], WRITES_SCHEMA)
     later = w.select(*[F.col(c).alias(f"l_{c}") for c in w.columns])
     w = w.alias("w")
     a = anomalies.alias("a")
-    hit = ((F.col("a.kind").isin(*ATTRIBUTED_KINDS)) & (F.col("a.partition") == F.col("w.partition"))
+    hit = ((F.col("a.kind").isin(*ATTRIBUTED_KINDS)) & (~F.col("w.duplicates_only") | (F.col("a.kind") == "duplicates"))
+           & (F.col("a.partition") == F.col("w.partition"))
            & F.col("a.offset").between(F.col("w.first_offset"), F.col("w.last_offset")))
     hit_later = ((F.col("a.kind") == "duplicates") & F.col("w.cause").isNull()
                  & (F.col("a.partition") == F.col("l_partition"))

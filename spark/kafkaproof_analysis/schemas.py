@@ -50,7 +50,7 @@ SCHEMAS: dict[str, T.StructType] = {
     "proxy_events": _schema(
         ("ts_ns", _I64), ("fault_id", _STR), ("rule_id", _STR), ("broker", _I32), ("conn", _I64),
         ("correlation_id", _I32), ("action", _STR), ("phase", _STR), ("topic", _STR),
-        ("partitions", T.ArrayType(_I32)), ("base_offsets", T.ArrayType(_I64)),
+        ("partitions", T.ArrayType(_I32)), ("base_offsets", T.ArrayType(_I64)), ("detail", _STR),
         ("record_counts", T.ArrayType(_I32)),
     ),
 }
@@ -71,4 +71,5 @@ TIMESERIES_SCHEMA = _schema(
 
 WRITES_SCHEMA = _schema(
     ("partition", _I32), ("first_offset", _I64), ("last_offset", _I64), ("cause_fault_id", _STR), ("cause", _STR),
+    ("duplicates_only", _BOOL),
 )

@@ -213,6 +213,20 @@ def test_duplicates_of_every_request_in_flight_at_a_reset_are_attributed(runs):
 
 
 @pytest.mark.spark
+def test_duplicates_of_answers_written_just_before_a_reset_are_attributed_and_nothing_else(runs):
+    g = GOLDENS["unread_answer_attribution"]
+    rows = anomalies_of(runs["unread_answer_attribution"])
+    assert {int(r["value_id"]): r["cause_fault_id"] for _, r in rows.iterrows()} == g.causes
+    unread = rows[rows["offset"] == 1].iloc[0]
+    assert "offsets 1..1" in unread["cause"] and "correlation id 1" in unread["cause"]
+    assert "wrote to the client just before it reset the connection, unread by the client" in unread["cause"]
+    att = metrics_of(runs["unread_answer_attribution"])["attribution"]
+    assert att["unacknowledged_writes"] == 4
+    assert att["kinds"]["duplicates"] == {"attributed": 2, "unattributed": 0, "by_fault": {"la": 2}}
+    assert att["kinds"]["indefinite_landed"] == {"attributed": 0, "unattributed": 1, "by_fault": {}}
+
+
+@pytest.mark.spark
 def test_data_docs_and_format(runs):
     result = validate(runs["lost"])
     assert result.data_docs is not None and result.data_docs.exists()

@@ -133,6 +133,11 @@ class _Connection:
         # (correlation id -> request, rule, caused_by), and the timer that gives up on them.
         self.awaited: dict[int, tuple[_Request, RuleState, str]] = {}
         self._await_timer: asyncio.TimerHandle | None = None
+        # Once a lost ack with reset is due: the Produce answers written to the client since (time
+        # written, item). The client may not have read them when the reset comes: the Java client reads
+        # one answer per poll and, when a write to the broken connection fails first, closes it with
+        # the rest unread (and re-sends those requests). The reset reports them.
+        self.written: list[tuple[float, Item]] = []
         self.now = self.proxy.now
 
     # ----------------------------------------------------------------- lifecycle
@@ -222,7 +227,22 @@ class _Connection:
             self._report_discarded(state, caused_by, torn, torn_direction)
         self.close(reason, rst=True)
 
+    def _answer_written(self, item: Item) -> None:
+        if item.ctx.header.api_key == kp.PRODUCE:
+            self.written.append((self.now(), item))
+
+    def _report_unread(self, state: RuleState, caused_by: str) -> None:
+        """Report the Produce answers written to the client while the reset was due (a lost ack's request
+        forwarded, its answer's turn not come): ``response_discarded`` with ``delivered: true``; the
+        client may not have read them."""
+        now = self.now()
+        for written_at, item in self.written:
+            self._discarded(item, state, caused_by, True, {
+                "delivered": True, "written_ms_before_reset": round((now - written_at) * 1000, 3)})
+        self.written.clear()
+
     def _report_discarded(self, state: RuleState, caused_by: str, torn: Item | None, torn_direction: str) -> None:
+        self._report_unread(state, caused_by)
         items: list[Item] = []
         torn_request = None
         if torn is not None:
@@ -311,9 +331,10 @@ class _Connection:
             if holder is not None and item.state in (SLOT_READY, SLOT_PENDING):
                 self._discarded(item, holder, "delayed", item.state == SLOT_READY)
 
-    def _discarded(self, item: Item, state: RuleState, caused_by: str, received: bool) -> None:
+    def _discarded(self, item: Item, state: RuleState, caused_by: str, received: bool,
+                   more: Mapping[str, Any] | None = None) -> None:
         """One ``response_discarded`` event: with what the broker wrote, when its Produce answer had arrived."""
-        detail: dict[str, Any] = {"caused_by": caused_by, "response_received": received}
+        detail: dict[str, Any] = {"caused_by": caused_by, "response_received": received, **(more or {})}
         if received:
             # A broker frame is queued without its length prefix (kept in ``head``);
             # one the proxy built (rewritten, injected error) carries its prefix.
@@ -481,6 +502,8 @@ class _Connection:
             self._forward(ctx, plan, fault=state)
             if rule.reset:
                 self.client_side.on_frame = self._on_request_before_reset
+                assert self.down is not None
+                self.down.on_written = self._answer_written
             return True
         if rule.action == ERROR:
             return self._inject_error(ctx, plan, state)

@@ -271,6 +271,7 @@ class OrderedSender:
         self._loop = asyncio.get_running_loop()
         self._out: list[Any] = []
         self._flush_scheduled = False
+        self.on_written: Callable[[Item], None] | None = None  # told of each whole frame written that has a ctx
 
     # ----------------------------------------------------------------- flow control towards the source
 
@@ -367,6 +368,8 @@ class OrderedSender:
         if item.state == SLOT_READY:
             if not item.budgets:
                 self._write(item.data, item.head)
+                if self.on_written is not None and item.ctx is not None:
+                    self.on_written(item)
                 return
             data = item.head + item.data
             for state, remaining in item.budgets:
@@ -381,6 +384,8 @@ class OrderedSender:
                     return
                 remaining[0] -= len(data)
             self._write(data)
+            if self.on_written is not None and item.ctx is not None:
+                self.on_written(item)
         elif item.state == SLOT_RESET:
             self._owner.reset(item.data, "response_dropped", "reset by lost_ack rule")
 

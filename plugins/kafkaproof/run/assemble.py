@@ -195,8 +195,11 @@ def proxy_event_rows(events: list[dict], fault_ids: set[str], topic_ids: Mapping
         if results is not None:
             # What the broker wrote for the request whose answer was dropped, replaced or
             # discarded: its base offset per partition, -1 where it wrote nothing (it answered an error).
+            # The proxy may have learned the topic's name between the request and its answer
+            # (one names it by id, the other by name): the id, where both have it, decides.
+            same = {topic, topics[0].get("topic_id") if topics else None} - {None}
             by_part = {r["partition"]: (r["base_offset"] if r.get("error_code") == 0 else -1)
-                       for r in results if r.get("topic") in (topic, topics[0].get("topic_id") if topics else None)}
+                       for r in results if r.get("topic") in same or r.get("topic_id") in same}
             base_offsets = [by_part.get(p, -1) for p in partitions]
         rule_id = e.get("rule_id")
         rows.append({

@@ -17,10 +17,10 @@ job = load_analysis_job()
 
 @pytest.mark.unit
 def test_unacknowledged_writes_from_proxy_events():
-    def row(phase, base, counts, topic="t", ts=1, fault="f", action="lost_ack"):
+    def row(phase, base, counts, topic="t", ts=1, fault="f", action="lost_ack", detail=None):
         return {"ts_ns": ts, "fault_id": fault, "rule_id": fault, "broker": 2, "conn": 1, "correlation_id": 9,
                 "action": action, "phase": phase, "topic": topic, "partitions": [0, 1],
-                "base_offsets": base, "record_counts": counts}
+                "base_offsets": base, "record_counts": counts, "detail": detail}
     writes = job.unacknowledged_writes([
         row("request_forwarded", None, [3, 1]),
         row("response_dropped", [10, -1], [3, 1]),              # partition 1 answered an error: nothing written
@@ -30,16 +30,21 @@ def test_unacknowledged_writes_from_proxy_events():
         row("response_discarded", [30, -1], [2, 1], ts=4),      # answered, lost in the reset behind a lost ack
         row("response_discarded", None, [4, 4], ts=5),          # no answer yet: nothing known to be written
         row("response_discarded", [40, -1], [1, 1], ts=6, fault="slow", action="latency"),  # held until given up
+        row("response_discarded", [50, -1], [2, 1], ts=7,  # written to the client just before the reset
+            detail=json.dumps({"caused_by": "response_dropped", "delivered": True, "response_received": True})),
     ], "t")
-    assert [(w["partition"], w["first_offset"], w["last_offset"], w["phase"]) for w in writes] == [
-        (0, 10, 12, "response_dropped"), (0, 20, 20, "response_replaced"), (0, 30, 31, "response_discarded"),
-        (0, 40, 40, "response_discarded"), (1, 5, 5, "response_replaced")]
+    assert [(w["partition"], w["first_offset"], w["last_offset"], w["phase"], w["delivered"]) for w in writes] == [
+        (0, 10, 12, "response_dropped", False), (0, 20, 20, "response_replaced", False),
+        (0, 30, 31, "response_discarded", False), (0, 40, 40, "response_discarded", False),
+        (0, 50, 51, "response_discarded", True), (1, 5, 5, "response_replaced", False)]
     assert "whose response the fault proxy dropped (lost ack): fault f" in job.cause_text(writes[0])
     assert "whose response the fault proxy replaced with an error" in job.cause_text(writes[1])
     assert "whose response was discarded when the fault proxy reset the connection: fault f" in \
         job.cause_text(writes[2])
     assert "whose response the fault proxy held back until the client gave up on it (closed the connection): " \
            "fault slow" in job.cause_text(writes[3])
+    assert "whose response the fault proxy wrote to the client just before it reset the connection, unread by " \
+           "the client: fault f" in job.cause_text(writes[4])
     assert job.unacknowledged_writes([], "t") == []
 
 

@@ -375,3 +375,16 @@ def test_existing_cluster_refuses_process_faults_with_a_clear_error(tmp_path, mo
     with pytest.raises(FaultError, match="only proxy faults"):
         FaultInjector(ext).inject(FaultSpec("kill", "broker:1"))
     assert "consumer faults" in NOT_OWNED
+
+
+def test_an_answer_naming_the_topic_the_request_named_by_id_carries_its_offsets():
+    """A proxy that learned the topic's name between a Produce v13 request and its answer names the
+    request's topic by id and the answer's by name (seen with the Java client: a lost ack's write of
+    25 records reported at base offset -1, its 25 duplicates unattributed)."""
+    tid = "e4900d45-3da3-4b03-90cd-ea1722831fd5"
+    event = _event("response_dropped",
+                   topics=[{"topic": tid, "topic_id": tid, "partitions": [2], "record_counts": [25]}],
+                   detail={"reset": True, "results": [{"topic": "t", "topic_id": tid, "partition": 2,
+                                                       "error_code": 0, "error": "NONE", "base_offset": 331}]})
+    (row,) = proxy_event_rows([event], {"lost_ack-0123abcd"})
+    assert (row["topic"], row["partitions"], row["base_offsets"], row["record_counts"]) == ("t", [2], [331], [25])

@@ -663,6 +663,40 @@ def test_reset_rules_report_the_answers_they_discard(run: Any) -> None:
     run(scenario())
 
 
+def test_a_lost_ack_with_reset_reports_the_answers_written_while_it_was_due(run: Any) -> None:
+    """The Java client reads one answer per poll and, when a write to a connection the proxy reset fails
+    first, closes it with the answers it had not read and re-sends their requests (issue 36.6: 3 and 12
+    duplicates of two runs were such writes, left unattributed). Every Produce answer written to the
+    client after a lost ack's request was forwarded, before the reset, is reported with what the broker
+    wrote and `delivered: true`; one written before it is not (a client with one request in flight
+    had read it before it sent the next)."""
+    async def scenario() -> None:
+        async with stack(delays={kp.PRODUCE: 0.2}) as s:
+            rid = s.proxy.add_rule({"action": "lost_ack", "reset": True, "client_id": "victim"})
+            client = await s.client()
+            await client.send(produce_request(9, {"t": [0]}), 1)
+            await client.recv_raw()  # read before the lost ack's request: not reported
+            await client.send(produce_request(9, {"t": [1]}, records_per_partition=3), 2)
+            await client.send(produce_request(9, {"t": [2]}), 3)
+            await client.send(produce_request(9, {"t": [0]}), 4, client_id="victim")
+            await _until(lambda: s.faults(phase="response_dropped"))
+            with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                while True:  # answers 2 and 3 were written before the reset (this client reads them all)
+                    await client.recv_raw()
+            discarded = s.faults(phase="response_discarded")
+            assert [(e["correlation_id"], e["rule_id"], e["topics"]) for e in discarded] == [
+                (2, rid, [{"topic": "t", "partitions": [1], "record_counts": [3]}]),
+                (3, rid, [{"topic": "t", "partitions": [2], "record_counts": [1]}])]
+            for e in discarded:
+                assert 0 <= e["detail"].pop("written_ms_before_reset") < 1000
+                assert e["detail"] == {"caused_by": "response_dropped", "response_received": True,
+                                       "delivered": True, "results": [
+                                           {"topic": "t", "partition": e["topics"][0]["partitions"][0],
+                                            "error_code": 0, "error": "NONE", "base_offset": 0}]}
+            await client.close()
+    run(scenario())
+
+
 def test_closes_not_caused_by_a_rule_discard_nothing(run: Any) -> None:
     async def scenario() -> None:
         async with stack(delays={kp.PRODUCE: 0.3}) as s:

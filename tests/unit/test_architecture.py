@@ -160,5 +160,6 @@ def test_only_the_resolver_applies_overrides_draws_schedules_and_checks_clients(
                     callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                     if callee in found:
                         found[callee].add((named(path), fn.name))
-    stray = {name: sorted(where - RESOLVING_CALLS[name]) for name, where in found.items() if where - RESOLVING_CALLS[name]}
+    stray = {name: sorted(where - RESOLVING_CALLS[name]) for name, where in found.items()
+             if where - RESOLVING_CALLS[name]}
     assert not stray, f"resolve once, in pipeline.resolve; these resolve again: {stray}"

@@ -4,9 +4,9 @@ Thin by design: each DAG maps a batch plan of the library (`kafkaproof.batch`: t
 cluster-reuse hints, the gate's outcome) onto tasks and wires them; every task calls `kafkaproof.batch`
 or `kafkaproof.pipeline`. What crosses XCom to a run's tasks is its `ResolvedScenario` (resolved once).
 Every DAG has one shape: the scenarios run one after another (provision → run → teardown, one cluster
-at a time; in the nightly DAG each fault of a scenario is a task of its own beside the workload, and scenarios asking for the
-same cluster run next to each other on one cluster, checked clean before each reuse), then one
-SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
+at a time; in the nightly DAG each fault of a scenario is a task of its own beside the workload, and
+scenarios asking for the same cluster run next to each other on one cluster, checked clean before each
+reuse), then one SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
 then each run is judged (validate → compare with history → report, mapped per scenario), then
 the gate (or the version comparison).
 """

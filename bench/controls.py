@@ -34,7 +34,8 @@ def main() -> int:
     table = []
     for scn in controls:
         started = time.monotonic()
-        runs = [ScenarioRun(scn, RunOptions(out=args.out / scn.name)).execute() for _ in range(args.runs)]
+        runs = [ScenarioRun(pipeline.resolve(scn), RunOptions(out=args.out / scn.name)).execute()
+                for _ in range(args.runs)]
         complete = [r.run_dir for r in runs if r.status == "complete"]
         if complete:
             analyze_many(complete, quiet=True)

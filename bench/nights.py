@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))
 
-from kafkaproof import logs, pipeline  # noqa: E402
+from kafkaproof import batch, logs, pipeline  # noqa: E402
 
 PLANTS = {
     "linger": {"KAFKAPROOF_EXTRA_PRODUCER_CONFIG": '{"linger.ms": 1000}'},
@@ -33,12 +33,12 @@ PLANTS = {
 }
 
 
-def night(tag: str, batch_id: str, env: dict[str, str] | None = None) -> pipeline.BatchResult:
+def night(tag: str, batch_id: str, env: dict[str, str] | None = None) -> batch.BatchResult:
     """One batch with `env` set for its duration."""
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
-        return pipeline.run_batch(pipeline.suite(tag), batch_id)
+        return batch.run_batch(batch.matrix_plan(pipeline.suite(tag)), batch_id)
     finally:
         for k, v in saved.items():
             if v is None:

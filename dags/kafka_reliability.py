@@ -1,10 +1,12 @@
 """kafkaproof DAGs: the nightly suite, a weekly soak, a manual pre-upgrade check, and an upgrade comparison.
 
-Thin by design: every task calls `kafkaproof.pipeline`. Every DAG has one shape: the scenarios
-run one after another (provision → run → teardown, one cluster at a time; in the nightly DAG
-each fault of a scenario is a task of its own beside the workload, and scenarios asking for the
-same cluster run next to each other on one cluster, checked clean before each reuse), then one
-SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
+Thin by design: each DAG maps a batch plan of the library (`kafkaproof.batch`: the ordered runs, their
+cluster-reuse hints, the gate's outcome) onto tasks and wires them; every task calls `kafkaproof.batch`
+or `kafkaproof.pipeline`. What crosses XCom to a run's tasks is its `ResolvedScenario` (resolved once).
+Every DAG has one shape: the scenarios run one after another (provision → run → teardown, one cluster
+at a time; in the nightly DAG each fault of a scenario is a task of its own beside the workload, and
+scenarios asking for the same cluster run next to each other on one cluster, checked clean before each
+reuse), then one SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
 then each run is judged (validate → compare with history → report, mapped per scenario), then
 the gate (or the version comparison).
 """
@@ -17,14 +19,15 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, Param, dag, get_current_context, setup, task, task_group, teardown
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
-from kafkaproof import pipeline
+from kafkaproof import batch, pipeline
 from kafkaproof.analysis import application_path, job_py_files, spark_conf
-from kafkaproof.errors import KafkaproofError, ScenarioError
+from kafkaproof.errors import KafkaproofError
 from kafkaproof.notify import WebhookNotifier
 from kafkaproof.schedule import NoMissedRunsTimetable
 from kafkaproof.spec.clients import CLIENTS
 from kafkaproof.spec.cluster import CLUSTER_BACKENDS
-from kafkaproof.spec.scenario import MAX_BROKERS, Scenario
+from kafkaproof.run.resolved import Overrides, ResolvedScenario
+from kafkaproof.spec.scenario import MAX_BROKERS
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION
 
 # The checkout's spark/analyze.py, or the installed package's copy: this file also works copied into
@@ -110,6 +113,12 @@ def existing_cluster(params) -> tuple[str | None, dict | None]:
         raise AirflowFailException(str(e)) from None
 
 
+def batch_overrides(params, bootstrap: str | None) -> Overrides:
+    """What a DAG run's params change of every scenario it runs."""
+    return Overrides(messages=params.get("messages"), kafka_version=params.get("kafka_version"),
+                     brokers=params.get("brokers"), bootstrap=bootstrap, backend=params.get("cluster_backend"))
+
+
 def scheduled(cron: str):
     """A DAG's schedule: the cron expression, missed times skipped unless RUN_MISSED."""
     return cron if RUN_MISSED else NoMissedRunsTimetable(cron, timezone="UTC")
@@ -136,16 +145,16 @@ def _group_id(name: str) -> str:
     return name.replace("-", "_")
 
 
-def scenario_group(scenario: Scenario, keep_for_next: bool = False):
+def scenario_group(run: batch.PlannedRun):
     """provision (setup) → run_workload beside one task per fault of its timeline → teardown (always).
 
     Returns the group, its run task's id and its fault tasks' ids. The fault tasks time the
     scenario's faults from the workload's start (`pipeline.drive_fault`); they need an executor that
-    runs tasks concurrently, and stay out of the one-slot cluster pool the workload holds. With
-    `keep_for_next` (the next group asks for the same cluster) and the `reuse_clusters` param, the
-    teardown keeps the cluster for it; the next provision checks it (`pipeline.provision`).
+    runs tasks concurrently, and stay out of the one-slot cluster pool the workload holds. With the
+    `reuse_clusters` param, provision reuses a cluster an earlier group kept, and the teardown keeps the
+    cluster when the plan says the next group asks for the same (`batch.provision_run`).
     """
-    scenario_name, gid = scenario.name, _group_id(scenario.name)
+    scenario, gid = run.scenario, _group_id(run.name)
     fault_ids = pipeline.fault_task_ids(scenario)
 
     @task_group(group_id=gid)
@@ -153,39 +162,26 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
         @setup
         @task(pool=POOL, retries=1, retry_delay=timedelta(seconds=30))  # a retry starts a fresh cluster
         def provision() -> dict:
-            """Resolve the scenario once (file, overrides, faults) and start its cluster; both travel on in XCom."""
+            """Resolve the scenario once (overrides, schedule, checks) and start its cluster; both travel on in XCom."""
             params = get_current_context()["params"]
             bootstrap, _ = existing_cluster(params)
-            (scn,) = pipeline.suite(names=[scenario_name])
             use_docker_engine(params)
             try:
-                resolved = pipeline.resolve(scn, params.get("messages"), params.get("kafka_version"),
-                                            params.get("brokers"), bootstrap, params.get("cluster_backend"))
-            except ScenarioError as e:  # an error verdict that says why, and no cluster
-                return {"cluster": None, "bootstrap": None, "error": str(e)}
-            control = pipeline.fault_control(_batch_id(), gid) if fault_ids else None
-            if bootstrap:
-                return {"cluster": None, "bootstrap": bootstrap, "scenario": resolved.to_json(), "control": control}
-            reuse = bool(params.get("reuse_clusters"))
-            name = (pipeline.shared_cluster_name(_batch_id(), resolved) if reuse
-                    else pipeline.cluster_name_for(_batch_id(), gid))
-            try:
-                cluster = pipeline.provision(resolved, name, reuse=reuse, owner=pipeline.pipeline_owner(_batch_id()),
-                                             dagrun_state=dagrun_state, wait=False)
+                return batch.provision_run(run, _batch_id(), gid, batch_overrides(params, bootstrap),
+                                           reuse=bool(params.get("reuse_clusters")), fault_tasks=bool(fault_ids),
+                                           dagrun_state=dagrun_state, wait=False)
             except pipeline.HostBusy as e:
                 raise host_busy(e) from None
-            return {**cluster, "scenario": resolved.to_json(), "control": control, "reuse": reuse}
 
         # A run bounds itself (its timeout_s); the task outlives that bound a little, for heal, drain and assembly.
         @task(pool=POOL, execution_timeout=max(DEFAULT_ARGS["execution_timeout"],
                                               timedelta(seconds=float(scenario.data["timeout_s"]) + 600)))
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
-                _report_run(pipeline.unstarted_run(scenario_name, cluster["error"]))
+                _report_run(pipeline.unstarted_run(run.name, cluster["error"]))
             params = get_current_context()["params"]
             connection = None if cluster["cluster"] else existing_cluster(params)[1]
-            result = pipeline.run(Scenario.from_json(cluster["scenario"]), cluster_name=cluster["cluster"],
-                                  bootstrap=None if cluster["cluster"] else cluster["bootstrap"],
+            result = pipeline.run(ResolvedScenario.from_dict(cluster["resolved"]), cluster_name=cluster["cluster"],
                                   control=cluster.get("control"), client_config=connection,
                                   proxy_listen=params.get("proxy_listen") or "127.0.0.1")
             return _report_run(result)
@@ -203,8 +199,7 @@ def scenario_group(scenario: Scenario, keep_for_next: bool = False):
         @task(pool=POOL)
         def teardown_cluster(cluster: dict) -> None:
             if cluster:
-                pipeline.teardown(cluster.get("cluster"), cluster.get("control"),
-                                  keep=keep_for_next and bool(cluster.get("reuse")))
+                pipeline.teardown(cluster.get("cluster"), cluster.get("control"), keep=bool(cluster.get("keep")))
 
         cluster = provision()
         faults = [fault_task(task_id, entry.index)(cluster)
@@ -269,31 +264,15 @@ def judged(runs_by_task, mapped_task: str | None = None):
 
 
 @task(trigger_rule="all_done", outlets=[BATCH_REPORT_ASSET], on_failure_callback=NOTIFY_ON_FAILURE)
-def gate(summaries: list[dict] | None = None, fault_tasks: list[str] | None = None) -> None:
-    """Fail the DAG run, after every report is written, on any violation, undetected control or regression."""
-    summaries = list(summaries or [])
-    clients = get_current_context()["params"].get("clients") or []
-    if len(clients) > 1:  # a client matrix: the page compares the clients side by side
-        night, differences = pipeline.write_client_report(summaries, _batch_id())
-        print("clients differ:\n  " + "\n  ".join(differences) if differences else "clients do not differ")
-    else:
-        night = pipeline.write_batch_report(summaries, _batch_id())
-    print(f"summary report: {night}")
-    if fault_tasks:
-        timing = pipeline.fault_timing(get_current_context()["ti"].xcom_pull(task_ids=fault_tasks) or [])
-        print(timing or "fault tasks: none injected")
-    ok, problems = pipeline.gate(summaries)
-    for s in summaries:
-        if s:
-            print(f"  {s['scenario']:<36} {s['verdict']:<6} {s.get('report') or ''}")
-            for w in s.get("warnings") or []:  # shown, never failing: see expectations/regression.yaml
-                print(f"      warning: {w} ({s.get('baseline') or 'no baseline'})")
-    if not ok:
-        print("reliability gate failed:")
-        for problem in problems:
-            print(f"  {problem}")
-        raise AirflowFailException("reliability gate failed:\n  " + "\n  ".join(problems) + f"\nsummary: {night}")
-    print("reliability gate passed")
+def gate(summaries: list[dict] | None = None, fault_tasks: list[str] | None = None, page: str | None = None) -> None:
+    """Fail the DAG run, after every report is written, on any violation, undetected control or regression
+    (`page` upgrade: when the candidate version is worse)."""
+    ctx = get_current_context()
+    outcome = batch.judge_batch(summaries, _batch_id(), page or batch.matrix_page(ctx["params"].get("clients")),
+                                ctx["ti"].xcom_pull(task_ids=fault_tasks) or [] if fault_tasks else None)
+    print("\n".join(outcome.lines))
+    if not outcome.ok:
+        raise AirflowFailException(outcome.failure())
 
 
 def chain_groups(groups: list) -> None:
@@ -339,19 +318,17 @@ def kafka_reliability_soak():
 
 
 def suite_tasks(suite: str) -> None:
-    """One group per scenario of `suite`, one after another, then collect → analyze → judge → gate."""
-    scenarios = pipeline.reuse_order(pipeline.suite(suite))
-    keys = [pipeline.cluster_key(s) for s in scenarios]
-    built = [scenario_group(s, keep_for_next=i + 1 < len(keys) and keys[i + 1] == keys[i])
-             for i, s in enumerate(scenarios)]
+    """One group per run of the suite's plan, one after another, then collect → analyze → judge → gate."""
+    plan = batch.suite_plan(pipeline.suite(suite))
+    built = [scenario_group(run) for run in plan.runs]
     groups = [group for group, _, _ in built]
     chain_groups(groups)
-    collected, summaries = judged([{"scenario": s.name, "task_id": run_task}
-                                   for s, (_, run_task, _) in zip(scenarios, built)])
+    collected, summaries = judged([{"scenario": run.name, "task_id": run_task}
+                                   for run, (_, run_task, _) in zip(plan.runs, built)])
     if groups:
         groups[-1] >> collected.operator
         groups[-1].children[f"{groups[-1].group_id}.teardown_cluster"] >> collected.operator
-    gate(summaries, fault_tasks=[task_id for _, _, fault_tasks in built for task_id in fault_tasks])
+    gate(summaries, fault_tasks=[task_id for _, _, fault_tasks in built for task_id in fault_tasks], page=plan.page)
 
 
 def _catalog_names() -> list[str]:
@@ -363,26 +340,20 @@ def _catalog_names() -> list[str]:
 
 @task(pool=POOL, max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30),
       map_index_template="{{ scenario_label }}")
-def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "", client: str | None = None,
-                 upgrade_to: str | None = None) -> dict:
-    """provision → run → teardown (always) for one scenario of a mapped list; the analysis comes after all of them.
-
-    A rolling upgrade (`upgrade_to`) runs at its scenario's own scale: its workload must outlast the roll."""
+def run_scenario(run: dict) -> dict:
+    """provision → run → teardown (always) for one resolved run of a mapped plan (`batch.resolved_items`); the
+    analysis comes after all of them."""
     ctx = get_current_context()
-    ctx["scenario_label"] = scenario + (f" ({label})" if label else "")
+    ctx["scenario_label"] = run["scenario"] + (f" ({run['label']})" if run.get("label") else "")
     params = ctx["params"]
     use_docker_engine(params)
-    bootstrap, connection = existing_cluster(params)
+    _, connection = existing_cluster(params)
     try:
-        run = pipeline.run_scenario(
-            scenario, _batch_id(), kafka_version=kafka_version or params.get("kafka_version"),
-            messages=None if upgrade_to else params.get("messages"), bootstrap=bootstrap, label=label,
-            brokers=params.get("brokers"), backend=params.get("cluster_backend"), client=client,
-            upgrade_to=upgrade_to, client_config=connection, dagrun_state=dagrun_state, wait=False,
-            proxy_listen=params.get("proxy_listen") or "127.0.0.1")
+        result = batch.run_resolved(run, _batch_id(), client_config=connection, dagrun_state=dagrun_state,
+                                    wait=False, proxy_listen=params.get("proxy_listen") or "127.0.0.1")
     except pipeline.HostBusy as e:
         raise host_busy(e) from None
-    return _report_run(run)
+    return _report_run(result)
 
 
 @dag(dag_id="kafka_reliability_manual", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
@@ -403,12 +374,14 @@ def run_scenario(scenario: str, kafka_version: str | None = None, label: str = "
 def kafka_reliability_manual():
     @task
     def chosen() -> list[dict]:
+        """The plan of the chosen scenarios × clients, each run resolved once."""
         params = get_current_context()["params"]
-        clients = params.get("clients") or [None]
-        return [{"scenario": s, **({"client": c, "label": c} if c else {})} for s in params["scenarios"] for c in clients]
+        bootstrap, _ = existing_cluster(params)
+        return batch.matrix_plan(pipeline.suite(names=params["scenarios"]), params.get("clients"),
+                                 batch_overrides(params, bootstrap)).resolved_items()
 
     runs = chosen()
-    ran = run_scenario.expand_kwargs(runs)
+    ran = run_scenario.expand(run=runs)
     collected, summaries = judged(runs, mapped_task="run_scenario")
     ran >> collected.operator
     gate(summaries)
@@ -432,26 +405,17 @@ def kafka_reliability_manual():
 def kafka_upgrade_check():
     @task
     def matrix() -> list[dict]:
+        """The upgrade check's plan, each run resolved once."""
         p = get_current_context()["params"]
-        rolls = [{"scenario": s, "kafka_version": p["current_version"], "upgrade_to": p["candidate_version"],
-                  "label": "rolling"} for s in p.get("rolling_scenarios") or []]
-        return rolls + [{"scenario": s, "kafka_version": v, "label": label} for label, v in
-                        (("current", p["current_version"]), ("candidate", p["candidate_version"]))
-                        for s in p["scenarios"]]
-
-    @task(trigger_rule="all_done", outlets=[BATCH_REPORT_ASSET], on_failure_callback=NOTIFY_ON_FAILURE)
-    def compare_versions(summaries: list[dict] | None = None) -> None:
-        summaries = [s for s in (summaries or []) if s]
-        path, worse = pipeline.write_upgrade_report(summaries, _batch_id())
-        print(f"upgrade report: {path}")
-        if worse:
-            raise AirflowFailException("the upgrade is not safe:\n  " + "\n  ".join(worse) + f"\nreport: {path}")
+        return batch.upgrade_plan(pipeline.suite(names=p.get("rolling_scenarios") or []),
+                                  pipeline.suite(names=p["scenarios"]), p["current_version"], p["candidate_version"],
+                                  batch_overrides(p, None)).resolved_items()
 
     runs = matrix()
-    ran = run_scenario.expand_kwargs(runs)
+    ran = run_scenario.expand(run=runs)
     collected, summaries = judged(runs, mapped_task="run_scenario")
     ran >> collected.operator
-    compare_versions(summaries)
+    gate.override(task_id="compare_versions")(summaries, page="upgrade")  # fails when the candidate is worse
 
 
 kafka_reliability_nightly()

@@ -199,7 +199,9 @@ def cmd_run(args) -> int:
     import signal
     from pathlib import Path
     from .paths import runs_dir
+    from .pipeline import resolve
     from .run import RunOptions, ScenarioRun
+    from .run.resolved import Overrides
     from .spec import scenario as scenario_mod
     if args.salvage:
         from .run.salvage import salvage_run
@@ -219,11 +221,11 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
     _check_proxy_listen(args.proxy_listen, bootstrap)
-    result = ScenarioRun(scn, RunOptions(out=Path(args.out) if args.out else runs_dir(), messages=args.messages,
-                                         kafka_version=args.kafka_version, brokers=args.brokers,
-                                         bootstrap=bootstrap, client_config=connection, backend=args.backend,
-                                         proxy_listen=args.proxy_listen or LOOPBACK,
-                                         upgrade_to=args.upgrade_to, seed=args.seed)).execute()
+    resolved = resolve(scn, Overrides(messages=args.messages, kafka_version=args.kafka_version, brokers=args.brokers,
+                                      bootstrap=bootstrap, backend=args.backend, upgrade_to=args.upgrade_to,
+                                      seed=args.seed))
+    result = ScenarioRun(resolved, RunOptions(out=Path(args.out) if args.out else runs_dir(), client_config=connection,
+                                              proxy_listen=args.proxy_listen or LOOPBACK)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
 
@@ -243,21 +245,22 @@ def cmd_stop(args) -> int:
 
 def cmd_batch(args) -> int:
     from datetime import datetime, timezone
-    from . import pipeline
+    from . import batch, pipeline
+    from .run.resolved import Overrides
     scenarios = pipeline.suite(names=args.scenario) if args.scenario else pipeline.suite(args.tag)
     if not scenarios:
         raise ScenarioError(f"no scenario has the tag {args.tag!r}: see `kafkaproof scenario list`")
     batch_id = args.batch_id or f"cli/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
-    clients = _client_list(args.clients)
-    result = pipeline.run_batch(scenarios, batch_id, messages=args.messages, kafka_version=args.kafka_version,
-                                brokers=args.brokers, backend=args.backend, clients=clients)
+    plan = batch.matrix_plan(scenarios, _client_list(args.clients),
+                             Overrides(messages=args.messages, kafka_version=args.kafka_version, brokers=args.brokers,
+                                       backend=args.backend))
+    result = batch.run_batch(plan, batch_id)
     for s in result.summaries:
         notes = "; ".join((s.get("regressions") or []) + [f"warning: {w}" for w in s.get("warnings") or []])
         name = s["scenario"] + (f" ({s['label']})" if s.get("label") else "")
         print(f"  {name:<48} {s['verdict']:<6} {notes}")
-    if clients and len(clients) > 1:
-        differences = pipeline.client_differences(result.summaries)
-        print("clients differ:\n  " + "\n  ".join(differences) if differences else "clients do not differ")
+    if plan.page == "clients":
+        print(batch.differences_line(result.outcome.differences))
     print(f"summary report: {result.report}")
     print("reliability gate " + ("passed" if result.ok else "FAILED:\n  " + "\n  ".join(result.problems)))
     return 0 if result.ok else 1

@@ -3,8 +3,10 @@
 provision → run → teardown (always) per scenario; one spark-submit over every complete run of
 the batch; then per run validate → compare with history → report (`judge`); a final gate over
 every scenario's summary. A scenario is parsed and resolved once (`resolve`: the file, the
-run's overrides, every fault checked) and passed on as a `Scenario`; across Airflow tasks it
-travels through XCom as `Scenario.to_json()`.
+run's `Overrides`, its random schedule drawn, every fault and client property checked, the
+environment applied) and passed on as a `ResolvedScenario`; across Airflow tasks it travels
+through XCom as `ResolvedScenario.to_dict()`. What a batch runs, in what order, and how it is
+gated is `batch.py`'s plan.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import os
 import socket
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -26,9 +27,10 @@ from .cluster.process import start_ticks
 from .errors import ClusterError, KafkaproofError, ScenarioError
 from .faults import check_scenario_faults
 from .paths import runs_dir, scenarios_dir
-from .spec.clients import apply_overrides, environment_overrides
+from .run.resolved import Overrides, ResolvedScenario
+from .spec.clients import ClientConfigError, apply_overrides, environment_overrides
 from .spec.cluster import cluster_config
-from .spec.scenario import Scenario, load_catalog
+from .spec.scenario import Scenario, load, load_catalog
 from .verdict.summary import client_differences, gate, summarize, upgrade_differences
 
 log = logging.getLogger(__name__)
@@ -37,34 +39,54 @@ AIRFLOW_CLUSTER_PREFIX = "af-"
 
 
 def suite(tag: str | None = None, names: list[str] | None = None) -> list[Scenario]:
-    """Scenarios of a suite: by tag, or by name (any name not in the catalog is an error)."""
-    catalog = load_catalog(scenarios_dir())
-    if names:
-        by_name = {s.name: s for s in catalog}
+    """Scenarios of a suite: by tag (the whole catalog read), or by name (only the named files read: the
+    catalog's `<name>.yaml`, else the catalog searched; any name not in the catalog is an error; no names,
+    no scenarios)."""
+    directory = scenarios_dir()
+    if names is not None:
+        named = {}
+        for name in names:
+            path = directory / f"{name}.yaml"
+            scn = load(path) if path.is_file() else None
+            named[name] = scn if scn is not None and scn.name == name else None
+        if all(named.values()):
+            return [named[n] for n in names]
+        by_name = {s.name: s for s in load_catalog(directory)}
         unknown = [n for n in names if n not in by_name]
         if unknown:
             raise KafkaproofError(f"unknown scenarios {unknown}; the catalog has: {', '.join(sorted(by_name))}")
         return [by_name[n] for n in names]
-    return [s for s in catalog if tag is None or tag in s.data["tags"]]
+    return [s for s in load_catalog(directory) if tag is None or tag in s.data["tags"]]
 
 
-def resolve(scenario: Scenario, messages: int | None = None, kafka_version: str | None = None,
-            brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None,
-            client: str | None = None, upgrade_to: str | None = None) -> Scenario:
-    """The scenario as it will run: with the run's overrides, every fault and client property checked.
-    ScenarioError naming the file and field when it cannot take them — before anything starts."""
+def resolve(scenario: Scenario, overrides: Overrides = Overrides()) -> ResolvedScenario:
+    """The scenario as it will run, resolved once: the run's overrides applied, its random schedule drawn
+    (on an existing cluster the target `random` stays one resolved when injected), every fault and client
+    property checked (the Java client's check starts a JVM: this is the only place that asks), the
+    environment's extra client settings applied, the cluster reuse key computed. ScenarioError naming
+    the file and field when it cannot take them — before anything starts."""
     from .run.client_config import check_client_config
-    resolved = scenario.with_overrides(messages, kafka_version, brokers, bootstrap, backend, client, upgrade_to)
-    check_scenario_faults(resolved)
-    check_client_config(resolved)
-    return resolved
+    overridden = scenario.with_overrides(overrides.messages, overrides.kafka_version, overrides.brokers,
+                                         overrides.bootstrap, overrides.backend, overrides.client,
+                                         overrides.upgrade_to)
+    # drawn once, recorded, replayable
+    drawn = overridden.with_random_schedule(overrides.seed, known_nodes=not overrides.bootstrap)
+    check_scenario_faults(drawn)  # the proxy's own rule parser, before anything starts
+    check_client_config(drawn)  # the client's own property names
+    try:
+        environment = environment_overrides(os.environ)
+    except ClientConfigError as e:
+        raise KafkaproofError(f"environment: {e}") from None
+    # What runs includes the environment's extra settings; the hash (history's "same configuration")
+    # does not: they are the system under test changing, which is what history is there to catch.
+    running = Scenario(drawn.name, drawn.path, apply_overrides(drawn.data, environment))
+    return ResolvedScenario(running, overrides, overridden.hash(), cluster_key(running), environment)
 
 
-def refusal(scenario: Scenario, messages: int | None = None, kafka_version: str | None = None,
-            brokers: int | None = None, bootstrap: str | None = None, backend: str | None = None) -> str | None:
+def refusal(scenario: Scenario, overrides: Overrides = Overrides()) -> str | None:
     """Why the scenario cannot take a run's overrides, or None; the caller turns a refusal into an error verdict."""
     try:
-        resolve(scenario, messages, kafka_version, brokers, bootstrap, backend)
+        resolve(scenario, overrides)
     except ScenarioError as e:
         return str(e)
     return None
@@ -278,7 +300,7 @@ def release_kept_clusters(but: str | None = None, batch: str | None = None) -> l
     return released
 
 
-def provision(scenario: Scenario, cluster_name: str, reuse: bool = False, owner: dict[str, Any] | None = None,
+def provision(resolved: ResolvedScenario, cluster_name: str, reuse: bool = False, owner: dict[str, Any] | None = None,
               dagrun_state: DagRunState | None = None, wait: bool = True) -> dict:
     """Start the cluster (local or compose) a resolved scenario asks for; returns its name, bootstrap
     servers and whether it was reused.
@@ -295,7 +317,8 @@ def provision(scenario: Scenario, cluster_name: str, reuse: bool = False, owner:
     scenarios ran on it and what was checked; the run puts that in its manifest and report.
     """
     release_kept_clusters(but=cluster_name if reuse else None, batch=owner["batch"] if owner else None)
-    config = _cluster_config(scenario, cluster_name)
+    scenario = resolved.scenario
+    config = resolved.cluster_config(cluster_name)
     reused = None
     if cluster_name in state.list_clusters():
         cluster = attach(cluster_name)
@@ -360,25 +383,25 @@ def kafka_connection(conn_id: str, extra: Mapping[str, Any]) -> tuple[str, dict[
     return bootstrap, connection
 
 
-def run(scenario: Scenario, out: str | None = None, cluster_name: str | None = None,
-        bootstrap: str | None = None, control: str | None = None, client_config: dict | None = None,
-        proxy_listen: str = "127.0.0.1") -> dict:
-    """Run a resolved scenario on a provisioned cluster, an existing one by bootstrap (connecting with
-    `client_config`, see `kafka_connection`; its fault proxies listen on `proxy_listen`, loopback by
+def run(resolved: ResolvedScenario, out: str | None = None, cluster_name: str | None = None,
+        control: str | None = None, client_config: dict | None = None, proxy_listen: str = "127.0.0.1") -> dict:
+    """Run a resolved scenario on a provisioned cluster, the existing one it names (`bootstrap`, connecting
+    with `client_config`, see `kafka_connection`; its fault proxies listen on `proxy_listen`, loopback by
     default), or a cluster of its own.
 
     With `control` (a name from `fault_control`), fault tasks of other processes time the
     scenario's faults (`drive_fault`) instead of the run's own timeline.
     """
     from .run import RunOptions, ScenarioRun
+    bootstrap = resolved.bootstrap
     if cluster_name and not bootstrap:
         touch_owner(cluster_name)
-    options = RunOptions(out=Path(out) if out else runs_dir(), bootstrap=bootstrap, cluster_name=cluster_name,
+    options = RunOptions(out=Path(out) if out else runs_dir(), cluster_name=cluster_name,
                          attach=bool(cluster_name and not bootstrap), control=control, client_config=client_config,
                          proxy_listen=proxy_listen)
-    result = ScenarioRun(scenario, options).execute()
+    result = ScenarioRun(resolved, options).execute()
     return {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status, "error": result.error,
-            "scenario": scenario.name}
+            "scenario": resolved.name}
 
 
 def teardown(cluster_name: str | None, control: str | None = None, keep: bool = False) -> None:
@@ -491,35 +514,25 @@ def unstarted_run(scenario: str, error: str, label: str = "") -> dict:
     return {"scenario": scenario, "label": label, "run_id": None, "run_dir": None, "status": "error", "error": error}
 
 
-def run_scenario(scenario: str, batch_id: str, kafka_version: str | None = None, messages: int | None = None,
-                 bootstrap: str | None = None, label: str = "", brokers: int | None = None,
-                 backend: str | None = None, client: str | None = None, upgrade_to: str | None = None,
-                 client_config: dict | None = None, dagrun_state: DagRunState | None = None,
-                 wait: bool = True, proxy_listen: str = "127.0.0.1") -> dict:
-    """Resolve, provision, run and tear down (always) one scenario: the run dict `judge` takes (on an existing
+def run_scenario(resolved: ResolvedScenario, batch_id: str, label: str = "", client_config: dict | None = None,
+                 dagrun_state: DagRunState | None = None, wait: bool = True,
+                 proxy_listen: str = "127.0.0.1") -> dict:
+    """Provision, run and tear down (always) one resolved scenario: the run dict `judge` takes (on an existing
     cluster, its fault proxies listen on `proxy_listen`).
 
-    A scenario that cannot take the overrides comes back as a run without a directory whose
-    `error` says why, before anything starts. Analysis is not part of it: a batch analyses all
-    its runs with one spark-submit. The cluster is the batch's (`pipeline_owner`); another
-    pipeline's live cluster is waited for, or with `wait=False` HostBusy is raised before anything
-    starts (`provision`).
+    Analysis is not part of it: a batch analyses all its runs with one spark-submit. The cluster is
+    the batch's (`pipeline_owner`); another pipeline's live cluster is waited for, or with `wait=False`
+    HostBusy is raised before anything starts (`provision`).
     """
-    (scn,) = suite(names=[scenario])
-    try:
-        resolved = resolve(scn, messages, kafka_version, brokers, bootstrap, backend, client, upgrade_to)
-    except ScenarioError as e:
-        return unstarted_run(scenario, str(e), label)
-    cluster = None if bootstrap else cluster_name_for(batch_id, f"{scenario}/{label}")
+    cluster = None if resolved.bootstrap else cluster_name_for(batch_id, f"{resolved.name}/{label}")
     try:
         if cluster:
             provision(resolved, cluster, owner=pipeline_owner(batch_id), dagrun_state=dagrun_state, wait=wait)
-        result = run(resolved, cluster_name=cluster, bootstrap=bootstrap, client_config=client_config,
-                     proxy_listen=proxy_listen)
+        result = run(resolved, cluster_name=cluster, client_config=client_config, proxy_listen=proxy_listen)
     finally:
         if cluster:
             teardown(cluster)
-    return {**result, "scenario": scenario, "label": label}
+    return {**result, "scenario": resolved.name, "label": label}
 
 
 def analyzable(runs: list[dict | None]) -> list[str]:
@@ -557,44 +570,3 @@ def analyze_batch(runs: list[dict | None], batch_id: str) -> None:
         analyze_many(complete, quiet=True)
     except KafkaproofError as e:  # runs whose analysis is missing become error verdicts in `judge`
         log.error("analysis of batch %s: %s", batch_id, e)
-
-
-@dataclass
-class BatchResult:
-    """A batch (a night) run without Airflow: every scenario's summary, the gate, the batch page."""
-
-    batch_id: str
-    summaries: list[dict]
-    ok: bool
-    problems: list[str]
-    report: str
-
-
-def run_batch(scenarios: list[Scenario], batch_id: str, messages: int | None = None,
-              kafka_version: str | None = None, brokers: int | None = None,
-              backend: str | None = None, clients: list[str] | None = None) -> BatchResult:
-    """Run scenarios one after another on their own local clusters, analyse every complete run with
-    one spark-submit, then validate, compare with history and report each, and gate the batch.
-
-    The same steps and verdicts as the nightly DAG, for a host without Airflow (and the flake
-    bench). A run or an analysis that fails is an error summary, never a lost scenario. With
-    `clients` (a client matrix) each scenario runs once per client, labelled with it, and the
-    report compares the clients side by side.
-    """
-    runs: list[dict] = []
-    for scn in scenarios:
-        for client in clients or [None]:
-            label = client or ""
-            try:
-                resolved = resolve(scn, messages, kafka_version, brokers, backend=backend, client=client)
-            except ScenarioError as e:
-                runs.append(unstarted_run(scn.name, str(e), label))
-                continue
-            log.info("batch %s: %s%s", batch_id, scn.name, f" ({label})" if label else "")
-            runs.append({**run(resolved), "scenario": scn.name, "label": label})
-    analyze_batch(runs, batch_id)
-    summaries = [judge(r, batch_id) for r in runs]
-    ok, problems = gate(summaries)
-    report_path = (write_client_report(summaries, batch_id)[0] if clients and len(clients) > 1
-                   else write_batch_report(summaries, batch_id))
-    return BatchResult(batch_id, summaries, ok, problems, report_path)

@@ -38,7 +38,7 @@ def test_every_scenario_gets_the_verdict_it_claims(tmp_path):
     rows, problems, complete = [], [], []
     for scn in selected():
         started = time.monotonic()
-        result = ScenarioRun(scn, RunOptions(out=tmp_path)).execute()
+        result = ScenarioRun(pipeline.resolve(scn), RunOptions(out=tmp_path)).execute()
         rows.append({"scenario": scn.name, "run_s": round(time.monotonic() - started, 1), "run": result})
         print(f"[catalog] {len(rows)}: {scn.name} {result.status} in {rows[-1]['run_s']} s", flush=True)
         if result.status == "complete":

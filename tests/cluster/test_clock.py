@@ -11,6 +11,7 @@ import yaml
 
 from kafkaproof.cluster import ClusterConfig, LocalCluster
 from kafkaproof.faults import FaultInjector, heal_all
+from kafkaproof.pipeline import resolve
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.spec import ledger
 from kafkaproof.spec.faults import FaultSpec
@@ -53,7 +54,7 @@ def test_every_brokers_clock_two_days_ahead_lets_time_retention_delete_acknowled
     doc["producers"]["messages"] = 1500
     path = tmp_path / "clock-jump.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs")).execute()
+    result = ScenarioRun(resolve(load(path)), RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     (fault,) = ledger.read_table(result.run_dir, "faults").to_pylist()
     assert fault["kind"] == "clock_skew" and sorted(fault["nodes"]) == [1, 2, 3] and fault["heal_ns"]

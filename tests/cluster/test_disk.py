@@ -14,6 +14,7 @@ from kafkaproof.cluster import ClusterConfig, LocalCluster, attach
 from kafkaproof.cluster.disk import fuse_mounts_under
 from kafkaproof.cluster.state import cluster_dir
 from kafkaproof.faults import FaultInjector, heal_all
+from kafkaproof.pipeline import resolve
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.spec import ledger
 from kafkaproof.spec.faults import FaultSpec
@@ -92,7 +93,7 @@ def _run(tmp_path, scenario: str, messages: int):
     doc["producers"]["messages"] = messages
     path = tmp_path / f"{scenario}.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs")).execute()
+    result = ScenarioRun(resolve(load(path)), RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     (fault,) = ledger.read_table(result.run_dir, "faults").to_pylist()
     assert fault["kind"] == "power_loss" and sorted(fault["nodes"]) == [1, 2, 3] and fault["heal_ns"]

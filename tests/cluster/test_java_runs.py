@@ -11,6 +11,8 @@ import yaml
 
 from kafkaproof.errors import ScenarioError
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.pipeline import resolve
+from kafkaproof.run.resolved import Overrides
 from kafkaproof.run.client_config import client_config_problems
 from kafkaproof.spec import ledger
 from kafkaproof.spec.scenario import load
@@ -31,7 +33,7 @@ def test_java_clients_through_a_leader_kill_keep_every_acknowledged_value_exactl
                               "config": {"acks": "all", "delivery.timeout.ms": 60000, "max.block.ms": 10000}},
                    consumers={"client": "java", "count": 1, "commit": "sync"}, drain={"settle_s": 2},
                    faults=[{"at": 3, "kind": "kill", "target": "leader:0", "duration": 3}])
-    result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs")).execute()
+    result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     work = result.run_dir / "work"
     assert (work / "producer-0.sends.tsv").exists() and list(work.glob("consumer-0-*.reads.tsv"))
@@ -66,7 +68,7 @@ def test_java_producer_without_idempotence_duplicates_the_writes_whose_ack_was_l
                    # its first record after such a window (seen: 3 s late), and the fault then never fires.
                    faults=[{"at": 2, "kind": "lost_ack", "target": "all",
                             "params": {"reset": True, "every": 20, "count": 2}}])
-    result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs")).execute()
+    result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     sends = ledger.read_table(result.run_dir, "sends").to_pandas()
     assert len(sends) == 1600 and set(sends["outcome"]) == {"ok"}
@@ -111,7 +113,7 @@ def test_client_properties_are_the_clients_own_names(tmp_path):
         f"consumers.config.queued.min.messages: not a kafka-clients {version} consumer property "
         f"(ConsumerConfig.configNames() has no such name)"]
     with pytest.raises(ScenarioError, match=r"\.yaml: consumers\.config\.queued\.min\.messages"):
-        ScenarioRun(java, RunOptions(out=tmp_path / "runs"))  # refused before anything starts
+        resolve(java)  # refused before anything starts
     # names all known, but a combination kafka-clients refuses when it builds the client (the seeds'
     # delivery.timeout.ms 1000 with the 4.x default linger.ms 5): found before any cluster starts too
     combo = scenario(tmp_path, producers={"client": "java", "client_version": "4.3.1",
@@ -131,7 +133,7 @@ def test_java_clients_on_an_existing_cluster_through_a_consumer_kill(make_cluste
                    producers={"client": "java", "rate": 300, "messages": 1500, "start_after_s": 1},
                    consumers={"client": "java", "count": 1, "commit": "sync"}, drain={"settle_s": 2},
                    faults=[{"at": 3.5, "kind": "kill", "target": "consumer:0", "duration": 1}])
-    result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs", bootstrap=existing)).execute()
+    result = ScenarioRun(resolve(scn, Overrides(bootstrap=existing)), RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     assert ledger.read_manifest(result.run_dir)["bootstrap"] == existing
     sends = ledger.read_table(result.run_dir, "sends").to_pandas()

@@ -25,6 +25,8 @@ from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.pipeline import resolve
+from kafkaproof.run.resolved import Overrides
 from kafkaproof.spec.scenario import load
 
 from exposure import Survey
@@ -337,7 +339,7 @@ def test_a_scenario_run_records_proxy_events_and_ties_duplicates_to_them(cluster
     path.write_text(yaml.safe_dump(doc))
     scn = load(path)
     assert scn.data["cluster"]["proxy"] is True
-    result = ScenarioRun(scn, RunOptions(out=tmp_path / "runs", attach=True, cluster_name=NAME)).execute()
+    result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path / "runs", attach=True, cluster_name=NAME)).execute()
     assert result.status == "complete", result.error
     faults = ledger.read_table(result.run_dir, "faults").to_pylist()
     (fault,) = faults
@@ -391,8 +393,8 @@ def test_a_scenario_on_an_existing_cluster_runs_its_proxy_faults_through_proxies
     existing = cluster.direct_bootstrap()
     name = f"ext-t{uuid.uuid4().hex[:4]}"
     with Survey() as survey:  # every listening socket of the run's processes, twice a second
-        result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=existing,
-                                                    cluster_name=name)).execute()
+        result = ScenarioRun(resolve(load(path), Overrides(bootstrap=existing)),
+                             RunOptions(out=tmp_path / "runs", cluster_name=name)).execute()
     assert result.status == "complete", result.error
     assert not survey.exposed(), survey.report()  # loopback and kafkaproof's subnets only
     manifest = ledger.read_manifest(result.run_dir)
@@ -435,7 +437,8 @@ def test_a_scenario_without_proxy_faults_on_an_existing_cluster_creates_its_topi
            "producers": {"rate": 300, "messages": 300}, "consumers": {"count": 1}, "drain": {"settle_s": 1}}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=cluster.direct_bootstrap())).execute()
+    result = ScenarioRun(resolve(load(path), Overrides(bootstrap=cluster.direct_bootstrap())),
+                         RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     manifest = ledger.read_manifest(result.run_dir)
     assert manifest["bootstrap"] == manifest["direct_bootstrap"] == cluster.direct_bootstrap()
@@ -455,7 +458,8 @@ def test_existing_cluster_refuses_broker_faults_before_starting_anything(cluster
            "producers": {"messages": 10}}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=cluster.direct_bootstrap())).execute()
+    result = ScenarioRun(resolve(load(path), Overrides(bootstrap=cluster.direct_bootstrap())),
+                         RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "error" and "kill" in result.error and "only proxy faults" in result.error
 
 

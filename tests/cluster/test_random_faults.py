@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.pipeline import resolve
+from kafkaproof.run.resolved import Overrides
 from kafkaproof.spec import ledger
 from kafkaproof.spec.scenario import load
 
@@ -40,7 +42,7 @@ def injected(run_dir) -> list[tuple[str, str]]:
 def test_a_random_schedule_is_drawn_from_its_seed_recorded_and_replayed_exactly(tmp_path):
     path = tmp_path / "t-random.yaml"
     path.write_text(yaml.safe_dump(DOC))
-    first = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", seed=1234)).execute()
+    first = ScenarioRun(resolve(load(path), Overrides(seed=1234)), RunOptions(out=tmp_path / "runs")).execute()
     assert first.status == "complete", first.error
     schedule = ledger.read_manifest(first.run_dir)["random_schedule"]
     assert schedule["seed"] == 1234 and len(schedule["faults"]) >= 3

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaproof.pipeline import suite
+from kafkaproof.pipeline import resolve, suite
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import Overrides
 
 from rolling_checks import check_rolled_run, settings_change_upgrade_and_refused_downgrade
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.cluster
 
 def test_catalog_rolling_upgrade_3_9_to_4_3_under_load_loses_and_duplicates_nothing(tmp_path):
     (scenario,) = suite(names=["upgrade-39-to-43-idempotent"])
-    result = ScenarioRun(scenario, RunOptions(out=tmp_path / "runs", messages=20000)).execute()
+    result = ScenarioRun(resolve(scenario, Overrides(messages=20000)), RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     check_rolled_run(result.run_dir, [1, 2, 3], 20000)
 

@@ -14,6 +14,7 @@ import yaml
 
 from kafkaproof.spec import ledger
 from kafkaproof.cluster import network, state
+from kafkaproof.pipeline import resolve
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.spec.scenario import load
 
@@ -36,7 +37,7 @@ def scenario_file(tmp_path: Path, **overrides) -> Path:
 
 
 def run(path: Path, out: Path):
-    return ScenarioRun(load(path), RunOptions(out=out)).execute()
+    return ScenarioRun(resolve(load(path)), RunOptions(out=out)).execute()
 
 
 def table(run_dir: Path, name: str):

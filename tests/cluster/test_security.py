@@ -26,6 +26,7 @@ import yaml
 from kafkaproof import pipeline
 from kafkaproof.cluster import ClusterConfig, LocalCluster, state
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import Overrides
 from kafkaproof.run.versions import python_client_versions
 from kafkaproof.spec import ledger
 from kafkaproof.spec.connection import read_client_config
@@ -173,8 +174,8 @@ def test_a_wrong_password_is_an_error_naming_the_refusal_before_any_client_start
     wrong.write_text("".join(f"{line}\n" if not line.startswith("sasl.password=") else "sasl.password=nope\n"
                              for line in properties.read_text().splitlines()))
     bootstrap, connection, _ = read_client_config(wrong)
-    result = ScenarioRun(load(scenario(tmp_path)), RunOptions(out=tmp_path / "runs", bootstrap=bootstrap,
-                                                              client_config=connection)).execute()
+    result = ScenarioRun(resolve(load(scenario(tmp_path)), Overrides(bootstrap=bootstrap)),
+                         RunOptions(out=tmp_path / "runs", client_config=connection)).execute()
     assert result.status == "error"
     assert "refused kafkaproof's client" in result.error and "SCRAM-SHA-256" in result.error
     assert not list((result.run_dir / "work").glob("producer-*")), "no client may start"
@@ -186,8 +187,8 @@ def test_proxy_faults_on_a_tls_listener_are_refused_with_the_reason(secured, tmp
     bootstrap, connection, _ = read_client_config(properties)
     path = scenario(tmp_path, faults=[{"at": 1, "kind": "latency", "target": "all", "duration": 1,
                                        "params": {"ms": 50}}])
-    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", bootstrap=bootstrap,
-                                                client_config=connection)).execute()
+    result = ScenarioRun(resolve(load(path), Overrides(bootstrap=bootstrap)),
+                         RunOptions(out=tmp_path / "runs", client_config=connection)).execute()
     assert result.status == "error" and "fault proxies cannot front a SASL_SSL listener" in result.error
 
 
@@ -202,7 +203,7 @@ def test_proxy_faults_work_on_a_sasl_plaintext_listener(make_cluster, cmdlines, 
                     guarantee="at-least-once",
                     faults=[{"at": 1.5, "kind": "lost_ack", "target": "all", "params": {"reset": True, "count": 1},
                              "duration": 1.5}])
-    result = ScenarioRun(load(path), RunOptions(out=tmp_path / "runs", cluster_name=cluster.name,
+    result = ScenarioRun(resolve(load(path)), RunOptions(out=tmp_path / "runs", cluster_name=cluster.name,
                                                 attach=True)).execute()
     assert result.status == "complete", result.error
     manifest = ledger.read_manifest(result.run_dir)

@@ -1,7 +1,7 @@
 """The house rules of the package: layers import only downward, no file mixes concerns past ~800 lines.
 
 Layers (docs/architecture.md): base (errors, paths, logs, controlsock) → spec → proxy → cluster → faults → run →
-analysis, verdict → report → pipeline → cli. A module may import its own package and lower
+analysis, verdict → report → pipeline → batch → cli. A module may import its own package and lower
 layers; never a higher one, never a sibling package of the same layer.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.unit
 PACKAGE = REPO / "plugins" / "kafkaproof"
 RANK = {"errors": 0, "paths": 0, "logs": 0, "controlsock": 0, "__init__": 0, "spec": 1, "proxy": 2, "cluster": 3,
         "faults": 4, "run": 5, "analysis": 6, "verdict": 6, "report": 7, "pipeline": 8, "notify": 8,
-        "schedule": 8, "cli": 9,
-        "__main__": 10}
+        "schedule": 8, "batch": 9, "cli": 10,
+        "__main__": 11}
 MAX_LINES = 800
 
 
@@ -122,3 +122,91 @@ def test_the_kind_list_check_sees_a_kind_list():
         f.flush()
         assert [line for line, _ in fault_kind_lists(Path(f.name), {"kill", "stop", "isolate", "cut", "error",
                                                                     "latency"})] == [1, 2]
+
+
+# --- one resolution: past `pipeline.resolve`, only the ResolvedScenario --------------------------------------------
+
+RESOLVER = ("pipeline.py", "resolve")
+# Modules past the resolver: what they run is a ResolvedScenario, never a Scenario plus loose overrides.
+PAST_THE_RESOLVER = [PACKAGE / "run" / "scenario_run.py", PACKAGE / "pipeline.py", PACKAGE / "batch.py",
+                     REPO / "dags" / "kafka_reliability.py"]
+# Only the resolver applies overrides and draws a random schedule; it and `scenario validate` check client properties.
+RESOLVING_CALLS = {"with_overrides": {RESOLVER}, "with_random_schedule": {RESOLVER},
+                   "check_client_config": {RESOLVER, ("cli.py", "cmd_scenario_validate")}}
+
+
+def override_fields() -> set[str]:
+    from kafkaproof.run.resolved import OVERRIDE_FIELDS
+    return set(OVERRIDE_FIELDS)
+
+
+def named(path: Path) -> str:
+    return str(path.relative_to(PACKAGE)) if path.is_relative_to(PACKAGE) else str(path.relative_to(REPO))
+
+
+SCENARIO_TYPES = {"Scenario", "ResolvedScenario", "PlannedRun"}
+SCENARIO_NAMES = {"scenario", "scenario_name", "resolved", "run", "scn"}
+
+
+def takes_a_scenario(arg: ast.arg) -> bool:
+    """A parameter that is a scenario, a resolved one or a planned run (by its annotation or its name)."""
+    annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+    return arg.arg in SCENARIO_NAMES or any(t in annotation.replace("|", " ").split() for t in SCENARIO_TYPES)
+
+
+def functions(tree: ast.AST):
+    """Every function (and method) definition with its name."""
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+@pytest.mark.parametrize("path", PAST_THE_RESOLVER, ids=named)
+def test_no_override_is_threaded_past_the_resolver(path):
+    """No function past the resolver takes a scenario (or a run of one) and an override of it (messages,
+    kafka_version, ...) beside it, and no options class holds one: overrides come inside the ResolvedScenario."""
+    tree = ast.parse(path.read_text())
+    fields = override_fields()
+    threaded = []
+    for fn in functions(tree):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        if (named(path), fn.name) == RESOLVER or not any(takes_a_scenario(a) for a in args):
+            continue
+        threaded += [f"{fn.name}({a.arg})" for a in args if a.arg in fields]
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        threaded += [f"{cls.name}.{a.target.id}" for a in cls.body
+                     if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and a.target.id in fields]
+    assert not threaded, f"{named(path)}: pass these in the ResolvedScenario (pipeline.resolve): {threaded}"
+
+
+def first_parameter(path: Path, qualified: str) -> str:
+    """The annotation of the first parameter (after self) of function `qualified` (`Class.method` or `name`)."""
+    tree = ast.parse(path.read_text())
+    *owner, name = qualified.split(".")
+    scope = tree.body
+    if owner:
+        (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner[0]]
+        scope = cls.body
+    (fn,) = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name]
+    args = fn.args.args[1:] if owner else fn.args.args
+    return ast.unparse(args[0].annotation) if args and args[0].annotation else ""
+
+
+@pytest.mark.parametrize("path, function", [
+    (PACKAGE / "run" / "scenario_run.py", "ScenarioRun.__init__"), (PACKAGE / "pipeline.py", "provision"),
+    (PACKAGE / "pipeline.py", "run"), (PACKAGE / "pipeline.py", "run_scenario")], ids=lambda x: getattr(x, "name", x))
+def test_the_run_and_its_cluster_take_the_resolved_scenario(path, function):
+    assert first_parameter(path, function) == "ResolvedScenario"
+
+
+def test_only_the_resolver_applies_overrides_draws_schedules_and_checks_clients():
+    found: dict[str, set] = {name: set() for name in RESOLVING_CALLS}
+    for path in [*modules(), REPO / "dags" / "kafka_reliability.py"]:
+        tree = ast.parse(path.read_text())
+        for fn in functions(tree):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call):
+                    callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                    if callee in found:
+                        found[callee].add((named(path), fn.name))
+    stray = {name: sorted(where - RESOLVING_CALLS[name]) for name, where in found.items()
+             if where - RESOLVING_CALLS[name]}
+    assert not stray, f"resolve once, in pipeline.resolve; these resolve again: {stray}"

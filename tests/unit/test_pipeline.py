@@ -5,7 +5,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kafkaproof import pipeline
+from kafkaproof import batch, pipeline
+from kafkaproof.run.resolved import Overrides
 from kafkaproof.verdict import history
 
 pytestmark = pytest.mark.unit
@@ -79,7 +80,8 @@ def test_pipeline_clusters_get_the_proxy_a_scenario_needs():
 def test_a_scenario_that_cannot_take_the_overrides_is_an_error_summary_before_anything_starts(tmp_path, monkeypatch):
     (tmp_path / "s.yaml").write_text("name: s\nguarantee: at-least-once\nproducers: {messages: 10}\n")
     monkeypatch.setenv("KAFKAPROOF_SCENARIOS", str(tmp_path))
-    run = pipeline.run_scenario("s", "batch/1", brokers=1, label="current")
+    (scn,) = pipeline.suite(names=["s"])
+    run = batch.run_resolved(batch.resolve_run(batch.PlannedRun(scn, "current", Overrides(brokers=1))), "batch/1")
     assert run["status"] == "error" and run["run_dir"] is None and pipeline.analyzable([run, None]) == []
     summary = pipeline.judge(run, "batch/1")
     assert summary["verdict"] == "error" and summary["run_dir"] is None and summary["label"] == "current"
@@ -87,9 +89,8 @@ def test_a_scenario_that_cannot_take_the_overrides_is_an_error_summary_before_an
     ok, problems = pipeline.gate([summary])
     assert not ok and "replication_factor" in problems[0]
     # the same check the nightly DAG's provision task makes
-    (scn,) = pipeline.suite(names=["s"])
     assert pipeline.refusal(scn) is None
-    assert "1 broker(s)" in pipeline.refusal(scn, brokers=1)
+    assert "1 broker(s)" in pipeline.refusal(scn, Overrides(brokers=1))
 
 
 def test_regression_baseline_is_runs_of_the_same_configuration(tmp_path):

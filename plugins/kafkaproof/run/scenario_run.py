@@ -1,6 +1,6 @@
 """Run a scenario: cluster, topic, consumers, producers, fault timeline, heal, drain, ledger.
 
-`run_scenario` turns a validated Scenario into a run directory (see
+`ScenarioRun` turns a resolved scenario (`ResolvedScenario`) into a run directory (see
 docs/ledger-schema.md). Whatever happens (an exception, SIGINT/SIGTERM, a
 timeout) it heals every fault, stops every process it started, tears the
 cluster down and writes `manifest.json`; a run that could not collect its data
@@ -28,17 +28,14 @@ from ..paths import state_dir
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster.heal import now
 from ..errors import KafkaproofError
-from ..faults import FaultInjector, check_scenario_faults
-from .client_config import check_client_config
+from ..faults import FaultInjector
 from ..spec import ledger
-from ..spec.clients import (ClientConfigError, apply_overrides, effective_clients, environment_overrides,
-                            producer_settings)
+from ..spec.clients import effective_clients, producer_settings
 from ..spec.client_versions import to_manifest
-from ..spec.cluster import cluster_config
 from ..spec.connection import redacted
-from ..spec.scenario import Scenario
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
+from .resolved import ResolvedScenario
 from .drain import audit_summary, committed_offsets, drain, high_watermarks
 from .sampler import SnapshotSampler
 from .stopping import DEFAULT_MIN_FREE_DISK_MB, early_stop_reason, free_disk_mb, stop_requested
@@ -59,20 +56,15 @@ class RunInterrupted(KafkaproofError):
 
 @dataclass
 class RunOptions:
+    """Where and how a resolved scenario runs (what it runs is its `ResolvedScenario`, overrides included)."""
+
     out: Path = Path("runs")
-    messages: int | None = None
-    kafka_version: str | None = None
-    brokers: int | None = None  # override cluster.brokers (local clusters only)
-    bootstrap: str | None = None  # an existing cluster instead of a local one
-    proxy_listen: str = "127.0.0.1"  # where the proxies in front of it listen (cluster/external.py)
+    proxy_listen: str = "127.0.0.1"  # where the proxies in front of an existing cluster listen (cluster/external.py)
     client_config: dict | None = None  # how clients connect to it (security settings; spec.connection)
     cluster_name: str | None = None
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
     progress_interval_s: float = 2.0
     control: str | None = None  # fault tasks of another process time the faults (run/control.py)
-    backend: str | None = None  # override cluster.backend: local | compose
-    upgrade_to: str | None = None  # override the version of every rolling_upgrade
-    seed: int | None = None  # a random schedule's seed when the scenario gives none
 
 
 @dataclass
@@ -109,30 +101,20 @@ def _size(path: Path) -> int:
 class ScenarioRun:
     """One execution of a scenario. Use `execute()`; it never leaves anything running."""
 
-    def __init__(self, scenario: Scenario, options: RunOptions):
-        overridden = scenario.with_overrides(options.messages, options.kafka_version, options.brokers,
-                                             options.bootstrap, options.backend, upgrade_to=options.upgrade_to)
-        # drawn once, recorded, replayable; on an existing cluster `random` stays a target resolved when injected
-        configured = overridden.with_random_schedule(options.seed, known_nodes=not options.bootstrap)
-        check_scenario_faults(configured)  # the proxy's own rule parser, before anything starts
-        check_client_config(configured)  # the client's own property names
-        try:
-            self.environment_overrides = environment_overrides(os.environ)
-        except ClientConfigError as e:
-            raise KafkaproofError(f"environment: {e}") from None
-        # What runs includes the environment's extra settings; the hash (history's "same configuration")
-        # does not: they are the system under test changing, which is what history is there to catch.
-        self.scenario = Scenario(configured.name, configured.path,
-                                 apply_overrides(configured.data, self.environment_overrides))
-        self.scenario_hash = overridden.hash()  # a random schedule's configuration: its spec, not one draw
+    def __init__(self, resolved: ResolvedScenario, options: RunOptions):
+        # resolved once before (`pipeline.resolve`): overrides, drawn schedule, checks, environment
+        self.resolved = resolved
+        self.scenario = resolved.scenario
+        self.environment_overrides = resolved.environment_overrides
+        self.scenario_hash = resolved.scenario_hash
         self.options = options
-        self.run_id = new_run_id(scenario.name)
+        self.run_id = new_run_id(self.scenario.name)
         self.run_dir = Path(options.out).resolve() / self.run_id
         self.work = self.run_dir / "work"
         self.fault_log = self.work / FAULT_LOG
         self.cluster: LocalCluster | None = None
-        self.bootstrap: str | None = options.bootstrap
-        self.direct_bootstrap: str | None = options.bootstrap  # never through a fault proxy (the drain)
+        self.bootstrap: str | None = resolved.bootstrap
+        self.direct_bootstrap: str | None = resolved.bootstrap  # never through a fault proxy (the drain)
         self.proxy_events_file = self.work / PROXY_EVENTS
         self.timings: dict[str, dict] = {}
         self.fault_errors: list[str] = []
@@ -224,9 +206,8 @@ class ScenarioRun:
                     raise KafkaproofError(f"the scenario needs the fault proxy but cluster "
                                           f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
             stack.callback(self._copy_node_logs)
-        elif self.options.bootstrap is None:
-            cfg = cluster_config(data, self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}",
-                                 self.scenario.directory)
+        elif self.resolved.bootstrap is None:
+            cfg = self.resolved.cluster_config(self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")
             self._refuse_unsupported(backend_class(cfg.backend).supported_for(), cfg.backend)
             with self.phase("provision"):
                 self.cluster = start_cluster(cfg, self.scenario.upgrade_versions)
@@ -234,7 +215,7 @@ class ScenarioRun:
         else:
             self._refuse_unsupported(ExternalCluster.supported_faults, "external")
             with self.phase("provision"):
-                self.cluster = ExternalCluster.up(self.options.bootstrap,
+                self.cluster = ExternalCluster.up(self.resolved.bootstrap,
                                                   self.options.cluster_name or f"ext-{uuid.uuid4().hex[:6]}",
                                                   proxy=bool(data["cluster"].get("proxy")),
                                                   proxy_host=self.options.proxy_listen,

@@ -1,0 +1,91 @@
+"""The scenario as it will run: a scenario file's `Scenario` with a run's `Overrides` resolved once.
+
+`pipeline.resolve` is the one function that makes a `ResolvedScenario` (the overrides applied and
+checked, the random schedule drawn, every fault and client property checked — the Java check
+starts a JVM — the environment's extra client settings applied, the cluster reuse key computed);
+everything past it (`ScenarioRun`, `pipeline.provision`, the DAG tasks) takes this type and never
+resolves again. It crosses Airflow's XCom as `to_dict()`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..spec.cluster import ClusterConfig, cluster_config
+from ..spec.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What a run changes of its scenario file: message scale, Kafka version, broker count, an existing
+    cluster (`bootstrap`), the backend, the client every producer and consumer runs, the version every
+    rolling upgrade goes to, the seed of a random schedule (when the file gives none)."""
+
+    messages: int | None = None
+    kafka_version: str | None = None
+    brokers: int | None = None
+    bootstrap: str | None = None
+    backend: str | None = None
+    client: str | None = None
+    upgrade_to: str | None = None
+    seed: int | None = None
+
+    def merged(self, **more: Any) -> "Overrides":
+        """These overrides with those of `more` that are not None on top."""
+        return dataclasses.replace(self, **{k: v for k, v in more.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The overrides that are set (JSON)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "Overrides":
+        """Inverse of `to_dict`."""
+        return cls(**doc)
+
+
+OVERRIDE_FIELDS = tuple(f.name for f in dataclasses.fields(Overrides))
+
+
+@dataclass(frozen=True)
+class ResolvedScenario:
+    """A scenario as it will run (made by `pipeline.resolve` only).
+
+    `scenario` is what runs: the overrides applied, a random schedule drawn into its timeline, the
+    environment's extra client settings (`environment_overrides`) applied. `scenario_hash` is the
+    history's "same configuration": overrides included, not one draw of a random schedule nor the
+    environment's settings (those are the system under test changing). `cluster_key` is what makes two
+    runs' clusters the same (`pipeline.cluster_key`): runs with equal keys may share one.
+    """
+
+    scenario: Scenario
+    overrides: Overrides
+    scenario_hash: str
+    cluster_key: str
+    environment_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    @property
+    def bootstrap(self) -> str | None:
+        """The existing cluster the run uses, None when it starts (or is given) one of its own."""
+        return self.overrides.bootstrap
+
+    def cluster_config(self, name: str) -> ClusterConfig:
+        """The cluster this run asks for, named `name`."""
+        return cluster_config(self.scenario.data, name, self.scenario.directory)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON for XCom: nothing is read or checked again on the other side."""
+        return {"scenario": self.scenario.to_json(), "overrides": self.overrides.to_dict(),
+                "scenario_hash": self.scenario_hash, "cluster_key": self.cluster_key,
+                "environment_overrides": self.environment_overrides}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "ResolvedScenario":
+        """Inverse of `to_dict`."""
+        return cls(Scenario.from_json(doc["scenario"]), Overrides.from_dict(doc["overrides"]), doc["scenario_hash"],
+                   doc["cluster_key"], doc.get("environment_overrides") or {})

@@ -17,7 +17,11 @@ from typing import Any, Collection, Mapping, Protocol, runtime_checkable
 
 from ..spec.cluster import ClusterConfig, NodeLink
 from ..spec.faults import FAULT_KINDS
-from . import state
+from . import docker_engine, host, procs, state
+from .compose import ComposeCluster
+from .external import ExternalCluster
+from .install import ensure_kafka
+from .local import LocalCluster
 
 
 @runtime_checkable
@@ -115,35 +119,39 @@ def unsupported_faults(kinds: set[str] | frozenset[str], supported: frozenset[st
 
 def attach(name: str = "default") -> ClusterBackend:
     """The running cluster `name`, as the backend that started it (from its state file)."""
-    backend = state.load_state(name).get("backend", "local")
-    return backend_class(backend)(name)
+    return backend_class(state.load_state(name).backend)(name)
+
+
+BACKENDS: dict[str, type] = {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster}
 
 
 def backend_class(backend: str) -> type:
     """The class of a backend by its name (local, compose, external)."""
-    from .compose import ComposeCluster
-    from .external import ExternalCluster
-    from .local import LocalCluster
-    return {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster}[backend]
+    return BACKENDS[backend]
 
 
 def start_cluster(config: ClusterConfig, upgrade_versions: Collection[str] = ()) -> ClusterBackend:
     """Start the cluster `config` describes on its backend (`local` or `compose`), with the Kafka versions
     its rolling upgrades go to installed first (jars, and images for compose), so a roll never waits on Maven."""
-    from .install import ensure_kafka
     for version in upgrade_versions:
         ensure_kafka(version)  # the jars also run kafka-features when the upgrade is finalised
         if config.backend == "compose":
-            from .docker_engine import ensure_engine, ensure_image
-            ensure_engine()
-            ensure_image(version)
+            docker_engine.ensure_engine()
+            docker_engine.ensure_image(version)
     return backend_class(config.backend).up(config)
 
 
 def down_all() -> list[str]:
-    """Tear down every cluster with a state file, and whatever crashed runs left (see `local.down_all`)."""
-    from .local import down_everything
-    return down_everything()
+    """Tear down every cluster with a state file, any stray kafkaproof namespaces, and every process a
+    crashed run or analysis left (its workers, its Spark driver): all of this state directory's. The
+    clusters and namespaces of another state directory on this host (its slots' claims, `slots`) stay
+    (`host.clear_strays`). Returns the clusters torn down."""
+    procs.stop_all()
+    names = state.list_clusters()
+    for name in names:
+        attach(name).down()
+    host.clear_strays()
+    return names
 
 
 ALL_FAULTS = frozenset(FAULT_KINDS)

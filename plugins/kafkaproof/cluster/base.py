@@ -17,6 +17,7 @@ from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import NodeLink
 from ..spec.connection import redacted
 from . import procs, state
+from .capabilities import FaultProxies, FaultyDisks, NodeClocks, NodeProcesses
 from .heal import heal_recorded
 from .proxies import ProxyFleet
 from .state import ClusterState, NodeState
@@ -34,12 +35,37 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     """The part of a cluster backend read from and recorded in its state file."""
 
     backend = "?"
+    name: str
+    _popen: dict[int, subprocess.Popen]
+    _proxy_popen: dict[int, subprocess.Popen]
+    _admin: Any
 
     def __init__(self, name: str):
         self.name = name
-        self._popen: dict[int, subprocess.Popen] = {}  # children of this process, reaped here
-        self._proxy_popen: dict[int, subprocess.Popen] = {}
+        self._popen = {}  # children of this process, reaped here
+        self._proxy_popen = {}
         self._admin = None
+
+    # --- capabilities (`capabilities.py`): the backend itself, or None when it lacks one -----------
+    @property
+    def nodes(self) -> NodeProcesses | None:
+        """Its nodes' processes, when kafkaproof owns them (not an existing cluster's)."""
+        return None
+
+    @property
+    def proxies(self) -> FaultProxies | None:
+        """Its fault proxies, when it was started with them."""
+        return self if self.has_proxy else None
+
+    @property
+    def disks(self) -> FaultyDisks | None:
+        """Its nodes' faulty disks, when it was started with them (local only)."""
+        return None
+
+    @property
+    def clock(self) -> NodeClocks | None:
+        """Its nodes' movable wall clocks, when it was started with them (local only)."""
+        return None
 
     def __enter__(self):
         return self

@@ -34,12 +34,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ClusterError, ClusterNotRunning, FaultError
+from ..errors import ClusterError, ClusterNotRunning
 from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
 from . import host, network, state
 from .base import StatefulCluster
+from .capabilities import NodeProcesses
 from .proxies import front_with_proxies
 from .external import free_ports
 from .state import ClusterState, ComposeEntry, NodeState
@@ -198,17 +199,13 @@ class ComposeCluster(StatefulCluster):
                     f"cluster's volumes belong to the Docker engine")
         return f"fault {kind!r} is not supported on compose cluster {self.name}"
 
-    def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
-        raise FaultError(self.unsupported_reason("clock_skew"))
+    @property
+    def nodes(self) -> NodeProcesses:
+        return self
 
     def disk_state(self, node_id: int) -> str:
+        """A container's volume is no faulty disk: 'none' (its `disks` capability is absent)."""
         return "none"
-
-    def disk_control(self, node_id: int):
-        raise FaultError(self.unsupported_reason("disk_error"))
-
-    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
-        raise FaultError(self.unsupported_reason("power_loss"))
 
     # --- lifecycle ------------------------------------------------------------
     @classmethod

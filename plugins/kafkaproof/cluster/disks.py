@@ -16,11 +16,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from ..errors import ClusterError, FaultError
 from . import process, state
 from .disk import BACKING_DIR, DiskControl, control_address, fuse_mounts_under, legacy_control_address, unmount
-from .state import DiskEntry
+from .process import ProcessRef
+from .state import ClusterState, DiskEntry, NodeState
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,17 @@ DISK_START_TIMEOUT_S = 20.0
 
 
 class DiskFleet:
-    """Mixin of the local backend: its nodes' diskfs processes (needs `state()`, `node()`, `node_dir()`,
-    `stop_node()`, `_reap()`)."""
+    """Mixin of the local backend: its nodes' diskfs processes (`capabilities.FaultyDisks`)."""
+
+    # what the class it is mixed into provides (`capabilities.ClusterCore`, and the local backend)
+    name: str
+    state: Callable[[], ClusterState]
+    node: Callable[[int], NodeState]
+    node_dir: Callable[[int], Path]
+    node_state: Callable[[int], str]
+    node_ref: Callable[[int], ProcessRef | None]
+    stop_node: Callable[..., None]
+    unsupported_reason: Callable[[str], str]
 
     @property
     def has_disk(self) -> bool:

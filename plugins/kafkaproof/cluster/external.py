@@ -28,7 +28,7 @@ import time
 from typing import Any, Collection, Mapping
 
 from .. import logs
-from ..errors import ClusterError, FaultError
+from ..errors import ClusterError
 from ..spec.connection import PROXY_ON_TLS, security_protocol, uses_tls
 from ..spec.faults import PROXY_KINDS
 from . import host, state
@@ -201,29 +201,9 @@ class ExternalCluster(StatefulCluster):
     def node_incarnation(self, node_id: int) -> str | None:
         return None
 
-    def start_node(self, node_id: int) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def pause_node(self, node_id: int) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def resume_node(self, node_id: int) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
-        raise FaultError(NOT_OWNED)
-
+    # No `nodes`, `disks` or `clock` capability (they stay None): only the fault proxies are kafkaproof's.
     def disk_state(self, node_id: int) -> str:
         return "none"
-
-    def disk_control(self, node_id: int):
-        raise FaultError(NOT_OWNED)
-
-    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
-        raise FaultError(NOT_OWNED)
 
     def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
         return None

@@ -13,11 +13,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from .. import controlsock, logs
 from ..errors import ClusterError, FaultError
 from . import process, state
-from .state import ProxyEntry
+from .state import ClusterState, NodeState, ProxyEntry
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,18 @@ def front_with_proxies(nodes: list[dict], proxy_host: str, ports: list[int]) -> 
 
 
 class ProxyFleet:
-    """Mixin of a cluster backend: its fault proxies (needs `state()`, `node()`, `node_dir()`, `_reap()`)."""
+    """Mixin of a cluster backend: its fault proxies (`capabilities.FaultProxies`)."""
 
-    _proxy_popen: dict
+    # what the class it is mixed into provides (`capabilities.ClusterCore`, and `views.KafkaViews`)
+    name: str
+    _proxy_popen: dict[int, subprocess.Popen]
+    state: Callable[[], ClusterState]
+    node: Callable[[int], NodeState]
+    node_dir: Callable[[int], Path]
+    node_state: Callable[[int], str]
+    _reap: Callable[[], None]
+    bootstrap_servers: Callable[[], str]
+    client_config: Callable[[], dict[str, Any]]
 
     @property
     def has_proxy(self) -> bool:

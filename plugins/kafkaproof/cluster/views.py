@@ -9,10 +9,11 @@ import logging
 import random
 import time
 import uuid
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from .. import logs
 from ..errors import ClusterError, FaultError
+from .state import ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,13 @@ def kafka_error_name(exc: BaseException) -> str | None:
 
 
 class KafkaViews:
-    """Mixin of a cluster backend: what Kafka itself says (needs `state()` and `node_state()`)."""
+    """Mixin of a cluster backend: what Kafka itself says."""
 
     _admin: Any = None
     _admin_bootstrap: str = ""
+    # what the class it is mixed into provides (`capabilities.ClusterCore`)
+    state: Callable[[], ClusterState]
+    node_state: Callable[[int], str]
 
     # --- cluster-wide views ---------------------------------------------------
     def bootstrap_servers(self) -> str:

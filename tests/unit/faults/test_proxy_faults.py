@@ -285,7 +285,7 @@ class StubCluster(StatefulCluster):
 
     def __init__(self, name: str, proxies: dict[int, ProxyProcess]):
         super().__init__(name)
-        self.proxies = proxies
+        self.proxy_procs = proxies
 
     def node_ids(self):
         return [1, 2, 3]
@@ -294,15 +294,15 @@ class StubCluster(StatefulCluster):
         return NodeState(id=nid, roles=["broker"])
 
     def proxy_ids(self):
-        return sorted(self.proxies)
+        return sorted(self.proxy_procs)
 
     def proxy_state(self, nid):
-        return "running" if self.proxies[nid].proc.poll() is None else "dead"
+        return "running" if self.proxy_procs[nid].proc.poll() is None else "dead"
 
     def proxy_control(self, nid):
-        if nid not in self.proxies:
+        if nid not in self.proxy_procs:
             raise FaultError(f"node {nid} has no fault proxy")
-        return ControlClient(self.proxies[nid].ready["control"])
+        return ControlClient(self.proxy_procs[nid].ready["control"])
 
     def leader_of(self, topic, partition):
         return 2

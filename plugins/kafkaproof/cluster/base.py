@@ -46,11 +46,12 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         self._proxy_popen = {}
         self._admin = None
 
-    # --- capabilities (`capabilities.py`): the backend itself, or None when it lacks one -----------
+    # --- capabilities (`capabilities.py`): the backend itself when its class implements one and the
+    # cluster was started with it, else None ---------------------------------------------------------
     @property
     def nodes(self) -> NodeProcesses | None:
         """Its nodes' processes, when kafkaproof owns them (not an existing cluster's)."""
-        return None
+        return self if isinstance(self, NodeProcesses) else None
 
     @property
     def proxies(self) -> FaultProxies | None:
@@ -60,12 +61,12 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     @property
     def disks(self) -> FaultyDisks | None:
         """Its nodes' faulty disks, when it was started with them (local only)."""
-        return None
+        return self if isinstance(self, FaultyDisks) and self.state().disk else None
 
     @property
     def clock(self) -> NodeClocks | None:
         """Its nodes' movable wall clocks, when it was started with them (local only)."""
-        return None
+        return self if isinstance(self, NodeClocks) and self.state().clock else None
 
     def __enter__(self):
         return self

@@ -40,7 +40,6 @@ from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
 from . import host, network, state
 from .base import StatefulCluster
-from .capabilities import NodeProcesses
 from .proxies import front_with_proxies
 from .external import free_ports
 from .state import ClusterState, ComposeEntry, NodeState
@@ -198,10 +197,6 @@ class ComposeCluster(StatefulCluster):
             return (f"disk fault {kind!r} needs the local backend (log directories on diskfs); a compose "
                     f"cluster's volumes belong to the Docker engine")
         return f"fault {kind!r} is not supported on compose cluster {self.name}"
-
-    @property
-    def nodes(self) -> NodeProcesses:
-        return self
 
     def disk_state(self, node_id: int) -> str:
         """A container's volume is no faulty disk: 'none' (its `disks` capability is absent)."""

@@ -37,7 +37,6 @@ from ..spec.cluster import (JIT_MODES, ClusterConfig, new_cluster_id, node_prope
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, host, network, process, state
 from .base import START_MARKER, StatefulCluster
-from .capabilities import FaultyDisks, NodeClocks, NodeProcesses
 from .disks import DiskFleet, unmount_leftovers
 from .install import KafkaDistribution, ensure_kafka
 from .disk import BACKING_DIR
@@ -67,18 +66,6 @@ class LocalCluster(StatefulCluster, DiskFleet):
         if not st.clock:
             kinds -= frozenset(CLOCK_KINDS)
         return kinds if st.disk else kinds - frozenset(DISK_KINDS)
-
-    @property
-    def nodes(self) -> NodeProcesses:
-        return self
-
-    @property
-    def disks(self) -> FaultyDisks | None:
-        return self if self.has_disk else None
-
-    @property
-    def clock(self) -> NodeClocks | None:
-        return self if self.state().clock else None
 
     @staticmethod
     def supported_for(network_mode: str = "auto") -> frozenset[str]:

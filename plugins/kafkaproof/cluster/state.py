@@ -109,7 +109,7 @@ class NodeState:
     changed (`kafka_version`, `settings`, the jars or image it runs on)."""
 
     id: int
-    roles: list[str]
+    roles: str | list[str]  # "broker,controller" (local: Kafka's process.roles) or ["broker", "controller"]
     host: str = ""
     client_port: int | None = None
     controller_port: int | None = None
@@ -163,7 +163,7 @@ class NodeState:
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> "NodeState":
         known, extra = _split(data, NodeState)
-        return NodeState(**{**known, "roles": list(known.get("roles") or []),
+        return NodeState(**{**known, "roles": known.get("roles") or [],
                             "link": NodeLink.from_json(known["link"]) if known.get("link") else None,
                             "process": ProcessRef.from_json(known.get("process")),
                             "proxy": ProxyEntry.from_json(known["proxy"]) if known.get("proxy") else None,

@@ -100,3 +100,20 @@ def test_capabilities_are_present_or_none_never_raising(tmp_path, monkeypatch, b
     if backend == "external":  # what kafkaproof does not own is absent, not a method that raises
         assert not hasattr(cluster, "stop_node") and not hasattr(cluster, "set_clock_offsets")
         assert cluster.disk_state(1) == "none" and cluster.node_incarnation(1) is None
+
+
+def test_every_planner_s_nodes_survive_the_round_trip_unchanged():
+    """What `spec.cluster.plan_nodes` (roles as Kafka's `process.roles` string), the compose and the external
+    planners write is what a `NodeState` reads and writes back, and its roles answer alike."""
+    from kafkaproof.cluster.compose import plan_nodes as compose_nodes
+    from kafkaproof.cluster.external import plan_proxied_nodes
+    from kafkaproof.spec.cluster import ClusterConfig, plan_nodes
+    config = ClusterConfig(name="rt", brokers=3, controllers=1, proxy=True)
+    plans = [plan_nodes(config, 5, True), plan_nodes(config, 5, False), compose_nodes(config, "rt-x", "10.79.5"),
+             plan_proxied_nodes({1: ("kafka-a", 9092), 2: ("kafka-b", 9092)}, "127.0.0.1", [41001, 41002])]
+    for plan in plans:
+        nodes = [NodeState.from_json(n) for n in plan]
+        # a compose node never had a process: it is written as null (every kafkaproof reads that as none)
+        assert [n.to_json() for n in nodes] == [{"process": None, **n} for n in plan]
+        assert [n.is_broker for n in nodes] == ["broker" in n["roles"] for n in plan]
+        assert [n.is_controller for n in nodes] == ["controller" in n["roles"] for n in plan]

@@ -241,7 +241,7 @@ class ClusterState:
     # keys an older file may lack and this version writes only when set
     _OPTIONAL = ("slot", "kafka_libs", "kafka_source", "config", "security", "client_config", "engine", "image",
                  "compose", "bootstrap", "rolled", "owner", "reuse", "runs")
-    _LOCAL_ONLY = ("heap", "jit", "clock", "disk", "config")
+    _LOCAL_ONLY = ("heap", "jit", "clock", "disk")
 
     def node(self, node_id: int) -> NodeState | None:
         """The node `node_id`, None when the cluster has none."""

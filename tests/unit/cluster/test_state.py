@@ -117,3 +117,11 @@ def test_every_planner_s_nodes_survive_the_round_trip_unchanged():
         assert [n.to_json() for n in nodes] == [{"process": None, **n} for n in plan]
         assert [n.is_broker for n in nodes] == ["broker" in n["roles"] for n in plan]
         assert [n.is_controller for n in nodes] == ["controller" in n["roles"] for n in plan]
+
+
+@pytest.mark.parametrize("backend", ["local", "compose", "external"])
+def test_a_state_survives_the_round_trip_whatever_its_backend(backend):
+    layout = {"brokers": 3, "controllers": 0, "broker_config": {}, "node_config": {}}
+    st = ClusterState(name="rt", backend=backend, config=layout if backend != "external" else {}, kafka_version="4.1.0",
+                      nodes=[NodeState(id=1, roles=["broker"], host="h", client_port=1)], rolled=True, kept_at=2.0)
+    assert ClusterState.from_json(json.loads(json.dumps(st.to_json()))) == st

@@ -27,7 +27,7 @@ def leader_seen_by(cluster, node_id: int, topic: str) -> int:
     """Partition 0's leader in the metadata of one node (a client bootstrapped to it alone)."""
     from confluent_kafka.admin import AdminClient
     node = cluster.node(node_id)
-    admin = AdminClient({"bootstrap.servers": f"{node['host']}:{node['client_port']}", "log_level": 2})
+    admin = AdminClient({"bootstrap.servers": f"{node.host}:{node.client_port}", "log_level": 2})
     try:
         return admin.list_topics(topic, timeout=5).topics[topic].partitions[0].leader
     except Exception:

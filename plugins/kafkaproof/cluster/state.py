@@ -25,6 +25,7 @@ from ..paths import state_dir, write_text_atomic
 from ..spec.cluster import NodeLink, check_cluster_name
 from .process import ProcessRef
 
+
 def state_id() -> str:
     """A short id of this state directory (its resolved path's hash): what names this state's resources
     that live beyond it, on the host or its Docker engine (compose projects), apart from another's."""

@@ -11,9 +11,6 @@ gated is `batch.py`'s plan.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
-import json
 import logging
 import os
 import socket
@@ -23,19 +20,20 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .cluster import attach, start_cluster, state
+from .cluster import reuse as cluster_reuse
 from .cluster.process import start_ticks
+# Cluster reuse lives in cluster/reuse.py; the DAGs and the batch plan reach it through the pipeline.
+from .cluster.reuse import (AIRFLOW_CLUSTER_PREFIX, cluster_key, cluster_name_for, release_kept_clusters,  # noqa: F401
+                            reuse_order, shared_cluster_name)
 from .errors import ClusterError, KafkaproofError, ScenarioError
 from .faults import check_scenario_faults
 from .paths import runs_dir, scenarios_dir
 from .run.resolved import Overrides, ResolvedScenario
 from .spec.clients import ClientConfigError, apply_overrides, environment_overrides
-from .spec.cluster import cluster_config
 from .spec.scenario import Scenario, load, load_catalog
-from .verdict.summary import client_differences, gate, summarize, upgrade_differences
+from .verdict.summary import client_differences, gate, summarize, upgrade_differences  # noqa: F401 (gate: re-exported)
 
 log = logging.getLogger(__name__)
-
-AIRFLOW_CLUSTER_PREFIX = "af-"
 
 
 def suite(tag: str | None = None, names: list[str] | None = None) -> list[Scenario]:
@@ -124,12 +122,6 @@ def use_docker_engine(docker_url: str | None = None, docker_conn_id: str | None 
     return url
 
 
-def cluster_name_for(batch_id: str, scenario: str) -> str:
-    """A short cluster name unique per batch and scenario (state file names are limited)."""
-    digest = hashlib.sha1(f"{batch_id}/{scenario}".encode()).hexdigest()[:10]
-    return f"{AIRFLOW_CLUSTER_PREFIX}{digest}"
-
-
 class HostBusy(ClusterError):
     """Another pipeline's cluster runs on this host and its owner is alive: try again later (a DAG task
     reschedules itself, freeing the cluster pool's slot the other pipeline needs to go on)."""
@@ -171,7 +163,7 @@ def owner_gone(name: str, dagrun_state: DagRunState | None = None, own_batch: st
         mtime = state.state_path(name).stat().st_mtime
     except (ClusterError, OSError, ValueError):
         return None  # gone already, or being written: look again later
-    owner = st.get("owner")
+    owner = st.owner
     if not owner:
         idle = time.time() - mtime
         return (f"no owner recorded and nothing touched it for {idle / 60:.0f} min"
@@ -196,9 +188,9 @@ def owner_gone(name: str, dagrun_state: DagRunState | None = None, own_batch: st
 def touch_owner(name: str) -> None:
     """Record this process as the task that uses pipeline cluster `name` now (its owner's `pid`)."""
     with contextlib.suppress(ClusterError, OSError, ValueError), state.update_state(name) as st:
-        if st.get("owner"):
+        if st.owner:
             pid = os.getpid()
-            st["owner"] = {**st["owner"], "pid": pid, "pid_start": start_ticks(pid), "at": time.time()}
+            st.owner = {**st.owner, "pid": pid, "pid_start": start_ticks(pid), "at": time.time()}
 
 
 def reclaim(name: str, why: str) -> dict[str, Any]:
@@ -206,7 +198,7 @@ def reclaim(name: str, why: str) -> dict[str, Any]:
     returns what to tell the next run's report."""
     owner = {}
     with contextlib.suppress(ClusterError, OSError, ValueError):
-        owner = state.load_state(name).get("owner") or {}
+        owner = state.load_state(name).owner or {}
     log.warning("reclaiming pipeline cluster %s: %s", name, why)
     attach(name).down(keep_logs=False, graceful=False)
     return {"cluster": name, "batch": owner.get("batch"), "why": why, "at": time.time()}
@@ -245,58 +237,11 @@ def release_airflow_clusters(airflow_home: str) -> list[str]:
         if not name.startswith(AIRFLOW_CLUSTER_PREFIX):
             continue
         with contextlib.suppress(ClusterError, OSError, ValueError):
-            owner = state.load_state(name).get("owner") or {}
+            owner = state.load_state(name).owner or {}
             if owner.get("airflow_home") == airflow_home:
                 log.warning("tearing down cluster %s of DAG run %s: its Airflow stopped", name, owner.get("batch"))
                 attach(name).down(keep_logs=False, graceful=False)
                 released.append(name)
-    return released
-
-
-def _cluster_config(scenario: Scenario, cluster_name: str):
-    data = apply_overrides(scenario.data, environment_overrides(os.environ))  # as the run will see it
-    return cluster_config(data, cluster_name, scenario.directory)
-
-
-def cluster_key(scenario: Scenario) -> str:
-    """What makes two resolved scenarios' clusters the same (backend, version, nodes, settings, proxy), as a
-    short hash."""
-    config = dataclasses.asdict(_cluster_config(scenario, "-"))
-    config.pop("name")
-    return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def shared_cluster_name(batch_id: str, scenario: Scenario) -> str:
-    """The cluster name every scenario of a batch asking for the same cluster uses (so one can reuse it)."""
-    return cluster_name_for(batch_id, f"cluster/{cluster_key(scenario)}")
-
-
-def reuse_order(scenarios: list[Scenario]) -> list[Scenario]:
-    """The scenarios with those asking for the same cluster next to each other (first come, order kept)."""
-    keys = [cluster_key(s) for s in scenarios]
-    first = {k: keys.index(k) for k in keys}
-    return [s for _, _, s in sorted(zip((first[k] for k in keys), range(len(keys)), scenarios))]
-
-
-def release_kept_clusters(but: str | None = None, batch: str | None = None) -> list[str]:
-    """Tear down every cluster kept for reuse (idle by definition: a kept cluster runs nothing), except `but`;
-    with `batch`, only those of that batch (another DAG run's kept cluster is its own to reuse)."""
-    released = []
-    for name in state.list_clusters():
-        if name == but:
-            continue
-        try:
-            st = state.load_state(name)
-        except (ClusterError, OSError, ValueError):
-            continue
-        kept = st.get("kept")
-        if batch is not None and (st.get("owner") or {}).get("batch", batch) != batch:
-            continue
-        if kept:
-            log.info("tearing down cluster %s, kept for reuse since %s and not reused",
-                     name, time.strftime("%H:%M:%S", time.localtime(kept["at"])))
-            attach(name).down(keep_logs=False, graceful=False)
-            released.append(name)
     return released
 
 
@@ -312,57 +257,24 @@ def provision(resolved: ResolvedScenario, cluster_name: str, reuse: bool = False
 
     With `reuse`, the cluster of that name an earlier scenario kept (`teardown(keep=True)`) runs this
     one too when `isolation_problems` finds nothing of the earlier runs on it (waiting up to
-    `REUSE_SETTLE_S` for partitions to get back in sync); otherwise, or when it is not a kept cluster
+    `cluster.reuse.REUSE_SETTLE_S` for partitions to get back in sync); otherwise, or when it is not a kept cluster
     (a retry of this task), it goes and a fresh one starts. The cluster's state records which
     scenarios ran on it and what was checked; the run puts that in its manifest and report.
     """
     release_kept_clusters(but=cluster_name if reuse else None, batch=owner["batch"] if owner else None)
     scenario = resolved.scenario
     config = resolved.cluster_config(cluster_name)
-    reused = None
-    if cluster_name in state.list_clusters():
-        cluster = attach(cluster_name)
-        if reuse and cluster.state().get("kept") and not cluster.state().get("rolled"):
-            reused = _check_reuse(cluster, scenario)
-        elif reuse and cluster.state().get("rolled"):
-            log.info("not reusing cluster %s: a rolling fault changed its nodes", cluster_name)
-        if reused is None:
-            cluster.down()  # a retry of this task, or a cluster not as good as fresh: start clean
+    reused = cluster_reuse.take_kept(cluster_name, reuse, scenario.topic, scenario.data["consumers"].get("group"))
     if reused is None:
         reclaimed = wait_for_exclusive_host(cluster_name, dagrun_state=dagrun_state, wait=wait,
                                             own_batch=owner["batch"] if owner else None)
         cluster = start_cluster(config, scenario.upgrade_versions)
-        reused = {"reused": False, "runs_before": [], **({"reclaimed": reclaimed} if reclaimed else {})}
-    with state.update_state(cluster_name) as st:
-        st["kept"] = None
-        st["reuse"] = reused
-        st["runs"] = [*reused["runs_before"], scenario.name]
-        if owner:
-            st["owner"] = owner
+        reused = cluster_reuse.fresh_record(reclaimed)
+    else:
+        cluster = attach(cluster_name)
+    cluster_reuse.record_use(cluster_name, reused, scenario.name, owner)
     return {"cluster": cluster_name, "bootstrap": cluster.bootstrap_servers(),
             "kafka_version": scenario.data["cluster"]["kafka_version"], "reused": reused["reused"]}
-
-
-REUSE_SETTLE_S = 30.0  # how long a kept cluster may take to get every partition back in sync
-
-
-def _check_reuse(cluster, scenario: Scenario) -> dict | None:
-    """The reuse record when nothing of the earlier runs is left on a kept cluster, else None (said why)."""
-    from .cluster.isolation import isolation_problems, survey, transient
-    topic, group = scenario.topic, scenario.data["consumers"].get("group")
-    deadline = time.monotonic() + REUSE_SETTLE_S
-    while True:
-        left = survey(cluster, topic, group)
-        problems = isolation_problems(left, topic, group)
-        if not problems:
-            runs = cluster.state().get("runs") or []
-            log.info("reusing cluster %s (after %s): nothing of the earlier runs left on it", cluster.name,
-                     ", ".join(runs))
-            return {"reused": True, "runs_before": runs, "checked_at": time.time(), "leftovers": left.to_json()}
-        if not transient(left, topic, group) or time.monotonic() > deadline:
-            log.warning("not reusing cluster %s: %s", cluster.name, "; ".join(problems))
-            return None
-        time.sleep(1.0)
 
 
 def kafka_connection(conn_id: str, extra: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -412,9 +324,7 @@ def teardown(cluster_name: str | None, control: str | None = None, keep: bool = 
         if keep:
             cluster.release_run()
             touch_owner(cluster_name)
-            with state.update_state(cluster_name) as st:
-                st["kept"] = {"at": time.time()}
-            log.info("cluster %s kept for the next scenario", cluster_name)
+            cluster_reuse.keep(cluster_name)
         else:
             cluster.down(keep_logs=False, graceful=False)
     if control:

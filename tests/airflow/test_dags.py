@@ -578,7 +578,7 @@ def test_make_airflow_starts_no_pipeline_and_stopping_it_tears_down_its_runs_clu
                             capture_output=True, text=True, timeout=180)
         assert up.returncode == 0, up.stderr[-3000:]
         with state.update_state(leftover) as st:
-            st["owner"] = {"batch": "kafka_reliability_nightly/manual__1", "dag_id": "kafka_reliability_nightly",
+            st.owner = {"batch": "kafka_reliability_nightly/manual__1", "dag_id": "kafka_reliability_nightly",
                            "run_id": "manual__1", "airflow_home": str(home), "pid": None}
         standalone.send_signal(15)  # SIGTERM to the script, as a service manager stops it
         standalone.wait(120)
@@ -630,7 +630,7 @@ def test_two_pipelines_at_once_and_a_scheduler_stopped_mid_run_need_no_human(tmp
     def cluster_of(run_id: str) -> str | None:
         for name in state.list_clusters():
             try:
-                if (state.load_state(name).get("owner") or {}).get("run_id") == run_id:
+                if (state.load_state(name).owner or {}).get("run_id") == run_id:
                     return name
             except Exception:
                 continue
@@ -683,6 +683,6 @@ def test_two_pipelines_at_once_and_a_scheduler_stopped_mid_run_need_no_human(tmp
     finally:
         for proc in procs.values():
             stop_group(proc, grace_s=60)
-        for name in [n for n in state.list_clusters() if (state.load_state(n).get("owner") or {}).get(
+        for name in [n for n in state.list_clusters() if (state.load_state(n).owner or {}).get(
                 "airflow_home") == str(home)]:
             subprocess.run(["kafkaproof", "cluster", "down", "--name", name], env=env, timeout=120)

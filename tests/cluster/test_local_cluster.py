@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from kafkaproof.cluster import network, process
+from kafkaproof.cluster.state import ClusterState
 from kafkaproof.errors import FaultError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.spec.faults import FaultSpec
@@ -26,22 +27,22 @@ def leader_seen_by(cluster, node_id: int, topic: str) -> int:
     """Partition 0's leader in the metadata of one node (a client bootstrapped to it alone)."""
     from confluent_kafka.admin import AdminClient
     node = cluster.node(node_id)
-    admin = AdminClient({"bootstrap.servers": f"{node['host']}:{node['client_port']}", "log_level": 2})
+    admin = AdminClient({"bootstrap.servers": f"{node.host}:{node.client_port}", "log_level": 2})
     try:
         return admin.list_topics(topic, timeout=5).topics[topic].partitions[0].leader
     except Exception:
         return -1
 
 
-def assert_cluster_gone(state_before: dict) -> None:
+def assert_cluster_gone(state_before: ClusterState) -> None:
     """Nothing of this cluster is left: processes, namespaces, host veths."""
-    for node in state_before["nodes"]:
-        ref = process.ProcessRef.from_json(node["process"])
-        assert process.state_of(ref) == "dead", f"node {node['id']} still running"
-        if node.get("link"):
-            assert node["link"]["namespace"] not in network.list_kafkaproof_namespaces()
+    for node in state_before.nodes:
+        ref = node.process
+        assert process.state_of(ref) == "dead", f"node {node.id} still running"
+        if node.link:
+            assert node.link.namespace not in network.list_kafkaproof_namespaces()
             links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-            assert node["link"]["veth_host"] not in links
+            assert node.link.veth_host not in links
 
 
 @needs_root
@@ -89,7 +90,7 @@ def test_three_nodes_leader_kill_isolation_pause_and_teardown(make_cluster):
 
         # Packet loss and a bandwidth limit install and heal.
         loss = faults.inject(FaultSpec("packet_loss", "node:3", {"percent": 20}))
-        ns = cluster.node(3)["link"]["namespace"]
+        ns = cluster.node(3).link.namespace
         assert any(t.startswith("kp_packet_loss") for t in network.nft_tables(ns))
         faults.heal(loss.fault_id)
         assert network.nft_tables(ns) == []
@@ -98,7 +99,7 @@ def test_three_nodes_leader_kill_isolation_pause_and_teardown(make_cluster):
                                capture_output=True, text=True).stdout
         assert "tbf" in qdisc
         faults.heal(bw.fault_id)
-    assert cluster.state()["faults"] == []
+    assert cluster.state().faults == []
     log = (cluster.node_dir(1).parent / "faults.jsonl").read_text().splitlines()
     assert sum('"inject"' in line for line in log) == sum('"heal"' in line for line in log) >= 5
 
@@ -147,7 +148,7 @@ def test_two_brokers_down_gives_not_enough_replicas_then_recovers(make_cluster):
 @pytest.mark.parametrize("version", [PRODUCTION_KAFKA_VERSION, DEFAULT_KAFKA_VERSION])
 def test_cluster_works_on_supported_versions(make_cluster, version):
     cluster = make_cluster(kafka_version=version)
-    assert cluster.state()["kafka_version"] == version
+    assert cluster.state().kafka_version == version
     cluster.create_topic("v", partitions=2, replication_factor=3, config={"min.insync.replicas": 2})
     assert produce(cluster.bootstrap_servers(), "v", 50) == (50, [])
     with FaultInjector(cluster, topic="v") as faults:
@@ -178,7 +179,7 @@ def test_crashed_run_is_cleaned_by_cluster_down(repo, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     from kafkaproof.cluster import attach
     before = attach(name).state()
-    assert len(before["faults"]) == 3
+    assert len(before.faults) == 3
     down = subprocess.run([sys.executable, "-m", "kafkaproof", "cluster", "down", "--name", name],
                           capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr

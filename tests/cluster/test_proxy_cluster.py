@@ -114,7 +114,7 @@ def inject(cluster: LocalCluster, topic: str, kind: str, **params):
 def test_clients_reach_the_brokers_only_through_their_proxies(cluster):
     status = cluster.status()
     assert status["proxy"] and all(n["proxy"]["state"] == "running" for n in status["nodes"])
-    nodes = {n["id"]: n for n in cluster.state()["nodes"]}
+    nodes = {n.id: n.to_json() for n in cluster.state().nodes}
     from confluent_kafka.admin import AdminClient
     md = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()}).list_topics(timeout=10)
     assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == {i: n["proxy"]["listen"] for i, n in nodes.items()}
@@ -476,11 +476,11 @@ def test_cluster_down_heals_an_existing_clusters_proxies_after_its_owner_crashed
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr[-3000:]
     ext = attach(name)  # the state file says which backend it is
-    assert type(ext).__name__ == "ExternalCluster" and len(ext.state()["faults"]) == 1
+    assert type(ext).__name__ == "ExternalCluster" and len(ext.state().faults) == 1
     topic = new_topic(cluster)
     reports, _ = produce(ext.bootstrap_servers(), topic, [(0, b"x")], **{"message.timeout.ms": 3000})
     assert reports[0]["error"] is not None, "the leftover error rule still answers every Produce"
-    listens = [n["proxy"]["listen"] for n in ext.state()["nodes"]]
+    listens = [n.proxy.listen for n in ext.state().nodes]
     assert len(proxies_listening_on(listens)) == 3, "the proxies outlive their crashed owner"
     ext.down()
     assert name not in state.list_clusters() and not proxies_listening_on(listens)
@@ -490,24 +490,24 @@ def test_cluster_down_heals_an_existing_clusters_proxies_after_its_owner_crashed
 
 def test_cluster_down_after_a_crash_stops_the_proxies(cluster):
     st = cluster.state()
-    proxies = [process.ProcessRef.from_json(n["proxy"]["process"]) for n in st["nodes"] if n.get("proxy")]
+    proxies = [n.proxy.process for n in st.nodes if n.proxy]
     assert len(proxies) == 3 and all(process.state_of(p) == "running" for p in proxies), \
         "the proxies outlive the crashed process that started the cluster"
     r = subprocess.run([sys.executable, "-m", "kafkaproof", "cluster", "down", "--name", NAME],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert all(process.state_of(p) == "dead" for p in proxies)
-    assert all(process.state_of(process.ProcessRef.from_json(n["process"])) == "dead" for n in st["nodes"])
+    assert all(process.state_of(n.process) == "dead" for n in st.nodes)
     assert NAME not in state.list_clusters()
     if network.namespaces_supported():
-        assert not {n["link"]["namespace"] for n in st["nodes"]} & set(network.list_kafkaproof_namespaces())
+        assert not {n.link.namespace for n in st.nodes} & set(network.list_kafkaproof_namespaces())
 
 
 def test_loopback_cluster_with_a_proxy(make_cluster):
     """Without network namespaces (no root), the proxy listens on a second loopback address."""
     c = make_cluster(name=f"px-lo{uuid.uuid4().hex[:4]}", brokers=1, network="loopback", proxy=True)
-    (node,) = c.state()["nodes"]
-    assert c.bootstrap_servers() == node["proxy"]["listen"] and node["proxy"]["listen"].startswith("127.0.0.2:")
+    (node,) = c.state().nodes
+    assert c.bootstrap_servers() == node.proxy.listen and node.proxy.listen.startswith("127.0.0.2:")
     c.create_topic("t", 1, 1)
     injector = FaultInjector(c, topic="t")
     fault = injector.inject(FaultSpec("error", "broker:1", {"error": "NOT_ENOUGH_REPLICAS", "count": 1}))

@@ -59,15 +59,15 @@ def test_a_kept_cluster_is_reused_only_when_nothing_of_the_earlier_run_is_left(t
     cleanup.append(name)
 
     assert pipeline.provision(first, name, reuse=True)["reused"] is False
-    cluster_id = attach(name).state()["cluster_id"]
+    cluster_id = attach(name).state().cluster_id
     manifest, _ = run_on(first, name, tmp_path / "runs")
     assert manifest["cluster_reuse"] == {"reused": False, "runs_before": []}
     pipeline.teardown(name, keep=True)
-    assert state.load_state(name)["kept"]
+    assert state.load_state(name).kept_at
 
     # a leader killed and restarted, a consumer killed: all healed, so the cluster is reused
     assert pipeline.provision(second, name, reuse=True)["reused"] is True
-    assert attach(name).state()["cluster_id"] == cluster_id
+    assert attach(name).state().cluster_id == cluster_id
     manifest, run_dir = run_on(second, name, tmp_path / "runs")
     reuse = manifest["cluster_reuse"]
     assert reuse["reused"] and reuse["runs_before"] == ["t-reuse-a"]
@@ -82,7 +82,7 @@ def test_a_kept_cluster_is_reused_only_when_nothing_of_the_earlier_run_is_left(t
     # something left behind (a node down): a fresh cluster instead
     attach(name).stop_node(2)
     assert pipeline.provision(third, name, reuse=True)["reused"] is False
-    assert attach(name).state()["cluster_id"] != cluster_id
+    assert attach(name).state().cluster_id != cluster_id
     pipeline.teardown(name, keep=True)
 
     # a scenario asking for another cluster takes down the one kept idle

@@ -15,7 +15,7 @@ from kafkaproof import pipeline
 from kafkaproof.cluster import attach, network, start_cluster, state
 from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster.compose import ComposeCluster, compose_project
-from kafkaproof.cluster.local import free_slot
+from kafkaproof.cluster.host import free_slot
 from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.run import RunOptions, ScenarioRun
@@ -117,7 +117,7 @@ def test_a_subnet_a_dead_engine_left_routed_is_not_used(compose_cluster, caplog)
         cluster = compose_cluster(brokers=2, broker_config=FAST)
     finally:
         network.run(["ip", "link", "del", stale], check=False)
-    used = cluster.state()["slot"]
+    used = cluster.state().slot
     assert used != slot
     cluster.create_topic("orders", 1, 2)
     assert produce(cluster.bootstrap_servers(), "orders", 50) == (50, [])
@@ -204,12 +204,12 @@ def test_network_faults_through_an_engine_elsewhere_on_a_users_compose_file(dock
         # what the DAGs' provision does with the params docker_url and kafka_image (DockerHook pings it)
         assert pipeline.use_docker_engine(docker_url=relay.url, kafka_image=image) == relay.url
         cluster = compose_cluster(brokers=3, broker_config=FAST, compose_file=str(own))
-        assert cluster.state()["image"] == image
+        assert cluster.state().image == image
         st = cluster.state()
-        assert (st["network"], st["engine"], st["compose"]["files"][0]) == ("engine", relay.url, str(own))
-        env = de.docker("inspect", "--format", "{{json .Config.Env}}", cluster.node(1)["container"]).stdout
+        assert (st.network, st.engine, st.compose.files[0]) == ("engine", relay.url, str(own))
+        env = de.docker("inspect", "--format", "{{json .Config.Env}}", cluster.node(1).container).stdout
         assert "KAFKA_HEAP_OPTS=-Xmx400m -Xms400m" in env
-        assert cluster.node_link(1).namespace == f"docker:{cluster.node(1)['container']}"
+        assert cluster.node_link(1).namespace == f"docker:{cluster.node(1).container}"
         cluster.create_topic("orders", 1, 3, {"min.insync.replicas": 2})
         cluster.wait_in_sync("orders")
         with FaultInjector(cluster, topic="orders") as faults:

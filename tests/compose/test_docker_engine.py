@@ -96,7 +96,7 @@ def cluster(image, tmp_path_factory):
         yield {"files": files, "env": env, "ready_s": time.monotonic() - t0}
     finally:
         for n in NODES:
-            de.detach_netns(f"kp{NETNS_SLOT}n{n}")
+            network.detach_netns(f"kp{NETNS_SLOT}n{n}")
         de.compose(["down", "-v", "--timeout", "10"], PROJECT, env=env, files=files, check=False)
         de.remove_labelled(PROJECT)
 
@@ -169,11 +169,11 @@ def test_nft_isolation_and_tc_through_attach_netns(cluster):
     p = partition0("isolate")
     victim = next(n for n in NODES if n != p["leader"])
     ns = f"kp{NETNS_SLOT}n{victim}"
-    de.attach_netns(NODES[victim], ns)
+    network.attach_netns(NODES[victim], ns)
     assert ns in network.list_kafkaproof_namespaces()
     ip = f"{NET_PREFIX}.{10 + victim}"
     # tc: the existing bandwidth code, on the container's eth0 and its host-side veth.
-    veth = de.host_veth(NODES[victim])
+    veth = network.host_veth(NODES[victim])
     assert veth.startswith("veth")
     link = network.NodeLink(namespace=ns, veth_host=veth, host_ip=f"{NET_PREFIX}.1", node_ip=ip)
     network.tc_limit(link, 10_000)
@@ -192,7 +192,7 @@ def test_nft_isolation_and_tc_through_attach_netns(cluster):
         network.nft_delete_table(ns, "kp_test_isolate")
     assert tcp_open(ip, 9092)
     wait_for(lambda: victim in partition0("isolate")["isr"], 60, f"node {victim} back in the ISR")
-    de.detach_netns(ns)
+    network.detach_netns(ns)
     assert ns not in network.list_kafkaproof_namespaces()
 
 

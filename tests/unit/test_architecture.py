@@ -210,3 +210,54 @@ def test_only_the_resolver_applies_overrides_draws_schedules_and_checks_clients(
     stray = {name: sorted(where - RESOLVING_CALLS[name]) for name, where in found.items()
              if where - RESOLVING_CALLS[name]}
     assert not stray, f"resolve once, in pipeline.resolve; these resolve again: {stray}"
+
+
+
+
+# --- the cluster state file: read and written in one module (cluster/state.py) --------------------
+
+STATE_MODULE = PACKAGE / "cluster" / "state.py"
+# Keys only a cluster's state file holds: anything else reads them as `ClusterState` / `NodeState` fields.
+STATE_FILE_KEYS = frozenset({"kept", "reuse", "runs", "rolled", "created_wall", "kafka_libs", "kafka_source", "slot",
+                             "net_prefix", "client_config", "recreated"})
+RAW_STATE_CALLS = frozenset({"slot_in_file"})  # state.py's one raw read, for the host's slot registry
+
+
+def state_key_reads(path: Path) -> list[str]:
+    """Where a module reads a state-file key off a dict (`x["kept"]`, `x.get("reuse")`), as `line: key`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            key = node.args[0].value
+        if key in STATE_FILE_KEYS:
+            found.append(f"{node.lineno}: {key}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if p != STATE_MODULE], ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_reads_the_cluster_state_as_a_dict(path):
+    """A cluster's state is a `ClusterState` everywhere but in cluster/state.py: no module reads a state file's
+    keys off a dict, opens the file itself, or writes another module's fields into it."""
+    text = path.read_text()
+    assert not state_key_reads(path), f"{path.relative_to(PACKAGE)} reads state-file keys: {state_key_reads(path)}"
+    assert "state.json" not in text, f"{path.relative_to(PACKAGE)} names the state file; use cluster/state.py"
+    raw = [n.lineno for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Attribute) and n.attr in RAW_STATE_CALLS]
+    assert not raw or path == PACKAGE / "cluster" / "slots.py", f"raw state reads at lines {raw}"
+
+
+def test_the_state_key_check_finds_what_it_is_for(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('st = {}\nst["kept"] = None\nif cluster.state().get("reuse"):\n    pass\n')
+    assert state_key_reads(probe) == ["2: kept", "3: reuse"]
+
+
+def test_dags_and_spark_never_touch_a_cluster_state():
+    """The DAGs reach clusters through the pipeline, the Spark job never: neither imports cluster/state.py."""
+    for root in (REPO / "dags", REPO / "spark"):
+        for path in sorted(root.rglob("*.py")):
+            text = path.read_text()
+            assert "cluster.state" not in text and "load_state" not in text, path

@@ -27,6 +27,6 @@ def test_written_files_are_readable_by_all_and_private_ones_by_their_owner_only(
     assert write_text_atomic(tmp_path / "index.html", "<html/>").stat().st_mode & 0o777 == 0o644
     assert write_text_atomic(tmp_path / "secret", "pw", private=True).stat().st_mode & 0o777 == 0o600
     monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path / "state"))
-    state.save_state("mode-check", {"name": "mode-check", "client": {"sasl.password": "pw"}})
+    state.save_state("mode-check", state.ClusterState.from_json({"name": "mode-check", "client": {"sasl.password": "pw"}}))
     assert state.state_path("mode-check").stat().st_mode & 0o777 == 0o600
-    assert state.load_state("mode-check")["client"] == {"sasl.password": "pw"}
+    assert state.load_state("mode-check").extra["client"] == {"sasl.password": "pw"}

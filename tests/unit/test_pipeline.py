@@ -160,7 +160,7 @@ def test_a_pipeline_clusters_owner_is_gone_when_its_dag_run_no_longer_runs(tmp_p
     owner = pipeline.pipeline_owner("kafka_reliability_nightly/scheduled__2026-11-25T02:00:00+00:00")
     assert (owner["dag_id"], owner["run_id"]) == ("kafka_reliability_nightly", "scheduled__2026-11-25T02:00:00+00:00")
     assert owner["pid"] == os.getpid() and owner["pid_start"] and owner["airflow_home"] == "/srv/airflow"
-    state.save_state("af-1", {"name": "af-1", "owner": owner})
+    state.save_state("af-1", state.ClusterState.from_json({"name": "af-1", "owner": owner}))
     runs = {}
 
     def dagrun_state(o):
@@ -177,19 +177,19 @@ def test_a_pipeline_clusters_owner_is_gone_when_its_dag_run_no_longer_runs(tmp_p
     # another Airflow's cluster: its recorded task process (this one) is alive
     monkeypatch.setenv("AIRFLOW_HOME", "/elsewhere")
     assert pipeline.owner_gone("af-1", dagrun_state) is None
-    state.save_state("af-1", {"name": "af-1", "owner": {**owner, "pid": 2 ** 22 - 1}})
+    state.save_state("af-1", state.ClusterState.from_json({"name": "af-1", "owner": {**owner, "pid": 2 ** 22 - 1}}))
     assert pipeline.owner_gone("af-1", dagrun_state) is None  # dead, but touched just now
     old = time.time() - 601
     os.utime(state.state_path("af-1"), (old, old))
     assert "is gone and nothing touched it for 10 min" in pipeline.owner_gone("af-1", dagrun_state)
-    state.save_state("af-2", {"name": "af-2"})  # no owner: an older kafkaproof's
+    state.save_state("af-2", state.ClusterState.from_json({"name": "af-2"}))  # no owner: an older kafkaproof's
     assert pipeline.owner_gone("af-2") is None
     os.utime(state.state_path("af-2"), (old, old))
     assert pipeline.owner_gone("af-2") == "no owner recorded and nothing touched it for 10 min"
     # while the owner lives, a cluster task raises HostBusy at once instead of waiting in the pool
     runs[owner["run_id"]] = "running"
     monkeypatch.setenv("AIRFLOW_HOME", "/srv/airflow")
-    state.save_state("af-1", {"name": "af-1", "owner": owner})
+    state.save_state("af-1", state.ClusterState.from_json({"name": "af-1", "owner": owner}))
     state.remove_state("af-2")
     with pytest.raises(pipeline.HostBusy, match="af-1"):
         pipeline.wait_for_exclusive_host("af-3", dagrun_state=dagrun_state, wait=False)

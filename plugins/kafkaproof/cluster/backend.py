@@ -1,7 +1,9 @@
 """The one cluster-backend interface: what the runner, the fault injector, the sampler and the pipeline use.
 
 They never know which backend they have. A backend says which fault kinds it supports
-(`supported_faults`); the run refuses the others before anything starts. Backends:
+(`supported_faults`); the run refuses the others before anything starts. What it can do beyond
+the common interface are capabilities, present or None (`nodes`, `proxies`, `disks`, `clock`:
+`capabilities.py`), never methods that raise. Backends:
 `local` (`LocalCluster`: Kafka JVMs in network namespaces on this host), `compose`
 (`ComposeCluster`: containers of a Docker Compose project, as the seeds run Kafka),
 `external` (`ExternalCluster`: an existing cluster, fronted by fault proxies) — all
@@ -17,7 +19,12 @@ from typing import Any, Collection, Mapping, Protocol, runtime_checkable
 
 from ..spec.cluster import ClusterConfig, NodeLink
 from ..spec.faults import FAULT_KINDS
-from . import state
+from . import docker_engine, host, procs, state
+from .capabilities import FaultProxies, FaultyDisks, NodeClocks, NodeProcesses
+from .compose import ComposeCluster
+from .external import ExternalCluster
+from .install import ensure_kafka
+from .local import LocalCluster
 
 
 @runtime_checkable
@@ -56,27 +63,31 @@ class ClusterBackend(Protocol):
     def node_versions(self) -> dict[int, str]: ...
     def node_settings(self, node_id: int) -> dict[str, Any]:
         """Settings rolling faults gave the node on top of the cluster's."""
-    def start_node_as(self, node_id: int, version: str, settings: Mapping[str, Any]) -> None:
-        """Start a stopped node on another Kafka version and/or settings, on the same data."""
     def wait_node_caught_up(self, node_id: int, timeout_s: float = 120.0) -> float:
         """Until a restarted node serves again (in every ISR it replicates); returns the seconds it took."""
     def node_incarnation(self, node_id: int) -> str | None:
-        """An id that changes each time the node starts (a restart is visible)."""
-    def start_node(self, node_id: int) -> None: ...
-    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None: ...
-    def pause_node(self, node_id: int) -> None: ...
-    def resume_node(self, node_id: int) -> None: ...
+        """An id that changes each time the node starts (a restart is visible); None when not known."""
     def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None: ...
-    def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
-        """Move each node's wall clock by its offset from true time (0: back); returns the evidence per node."""
     def disk_state(self, node_id: int) -> str:
         """running | dead of the node's faulty disk (diskfs), 'none' without one."""
-    def disk_control(self, node_id: int) -> Any:
-        """A connected control client of the node's diskfs (close it after use)."""
-    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
-        """Cut the nodes' power at once (every write since a file's last fsync dropped); what each disk dropped."""
 
-    # fault proxies
+    # capabilities (`capabilities.py`): the backend itself when it has one, None when it lacks it. Their
+    # methods (start_node, stop_node, pause_node, resume_node, start_node_as; proxy_control, ...;
+    # disk_control, power_loss; set_clock_offsets) exist only on a backend that has the capability.
+    @property
+    def nodes(self) -> NodeProcesses | None:
+        """Node processes kafkaproof owns (local, compose; not an existing cluster's)."""
+    @property
+    def proxies(self) -> FaultProxies | None:
+        """Fault proxies before the brokers (a cluster started with them)."""
+    @property
+    def disks(self) -> FaultyDisks | None:
+        """Faulty disks under the log directories (a local cluster started with them)."""
+    @property
+    def clock(self) -> NodeClocks | None:
+        """Movable node wall clocks (a local cluster started with them)."""
+
+    # fault proxies (the `proxies` capability's, and whether there is one)
     @property
     def has_proxy(self) -> bool: ...
     def proxy_ids(self) -> list[int]: ...
@@ -115,35 +126,39 @@ def unsupported_faults(kinds: set[str] | frozenset[str], supported: frozenset[st
 
 def attach(name: str = "default") -> ClusterBackend:
     """The running cluster `name`, as the backend that started it (from its state file)."""
-    backend = state.load_state(name).get("backend", "local")
-    return backend_class(backend)(name)
+    return backend_class(state.load_state(name).backend)(name)
+
+
+BACKENDS: dict[str, type] = {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster}
 
 
 def backend_class(backend: str) -> type:
     """The class of a backend by its name (local, compose, external)."""
-    from .compose import ComposeCluster
-    from .external import ExternalCluster
-    from .local import LocalCluster
-    return {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster}[backend]
+    return BACKENDS[backend]
 
 
 def start_cluster(config: ClusterConfig, upgrade_versions: Collection[str] = ()) -> ClusterBackend:
     """Start the cluster `config` describes on its backend (`local` or `compose`), with the Kafka versions
     its rolling upgrades go to installed first (jars, and images for compose), so a roll never waits on Maven."""
-    from .install import ensure_kafka
     for version in upgrade_versions:
         ensure_kafka(version)  # the jars also run kafka-features when the upgrade is finalised
         if config.backend == "compose":
-            from .docker_engine import ensure_engine, ensure_image
-            ensure_engine()
-            ensure_image(version)
+            docker_engine.ensure_engine()
+            docker_engine.ensure_image(version)
     return backend_class(config.backend).up(config)
 
 
 def down_all() -> list[str]:
-    """Tear down every cluster with a state file, and whatever crashed runs left (see `local.down_all`)."""
-    from .local import down_everything
-    return down_everything()
+    """Tear down every cluster with a state file, any stray kafkaproof namespaces, and every process a
+    crashed run or analysis left (its workers, its Spark driver): all of this state directory's. The
+    clusters and namespaces of another state directory on this host (its slots' claims, `slots`) stay
+    (`host.clear_strays`). Returns the clusters torn down."""
+    procs.stop_all()
+    names = state.list_clusters()
+    for name in names:
+        attach(name).down()
+    host.clear_strays()
+    return names
 
 
 ALL_FAULTS = frozenset(FAULT_KINDS)

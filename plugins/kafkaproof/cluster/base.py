@@ -17,9 +17,10 @@ from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import NodeLink
 from ..spec.connection import redacted
 from . import procs, state
+from .capabilities import FaultProxies, FaultyDisks, NodeClocks, NodeProcesses
 from .heal import heal_recorded
-from .process import ProcessRef
 from .proxies import ProxyFleet
+from .state import ClusterState, NodeState
 from .views import KafkaViews
 
 log = logging.getLogger(__name__)
@@ -34,12 +35,38 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     """The part of a cluster backend read from and recorded in its state file."""
 
     backend = "?"
+    name: str
+    _popen: dict[int, subprocess.Popen]
+    _proxy_popen: dict[int, subprocess.Popen]
+    _admin: Any
 
     def __init__(self, name: str):
         self.name = name
-        self._popen: dict[int, subprocess.Popen] = {}  # children of this process, reaped here
-        self._proxy_popen: dict[int, subprocess.Popen] = {}
+        self._popen = {}  # children of this process, reaped here
+        self._proxy_popen = {}
         self._admin = None
+
+    # --- capabilities (`capabilities.py`): the backend itself when its class implements one and the
+    # cluster was started with it, else None ---------------------------------------------------------
+    @property
+    def nodes(self) -> NodeProcesses | None:
+        """Its nodes' processes, when kafkaproof owns them (not an existing cluster's)."""
+        return self if isinstance(self, NodeProcesses) else None
+
+    @property
+    def proxies(self) -> FaultProxies | None:
+        """Its fault proxies, when it was started with them."""
+        return self if self.has_proxy else None
+
+    @property
+    def disks(self) -> FaultyDisks | None:
+        """Its nodes' faulty disks, when it was started with them (local only)."""
+        return self if isinstance(self, FaultyDisks) and self.state().disk else None
+
+    @property
+    def clock(self) -> NodeClocks | None:
+        """Its nodes' movable wall clocks, when it was started with them (local only)."""
+        return self if isinstance(self, NodeClocks) and self.state().clock else None
 
     def __enter__(self):
         return self
@@ -50,7 +77,7 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     def down(self, keep_logs: bool = True, graceful: bool = True) -> None:  # pragma: no cover - per backend
         raise NotImplementedError
 
-    def _begin_down(self) -> dict | None:
+    def _begin_down(self) -> ClusterState | None:
         """Teardown's first step: the state (None when the cluster is not up: nothing to do), the workers
         of runs against this cluster stopped, its recorded faults healed."""
         try:
@@ -79,23 +106,24 @@ class StatefulCluster(KafkaViews, ProxyFleet):
             p.poll()
 
     # --- nodes ----------------------------------------------------------------
-    def state(self) -> dict:
+    def state(self) -> ClusterState:
+        """The cluster's state file, read now (another process may have changed it)."""
         return state.load_state(self.name)
 
-    def node(self, node_id: int) -> dict:
-        nodes = {n["id"]: n for n in self.state()["nodes"]}
-        if node_id not in nodes:
-            raise FaultError(f"node {node_id} is not in cluster {self.name!r} (nodes: {sorted(nodes)})")
-        return nodes[node_id]
+    def node(self, node_id: int) -> NodeState:
+        node = self.state().node(node_id)
+        if node is None:
+            raise FaultError(f"node {node_id} is not in cluster {self.name!r} (nodes: {sorted(self.node_ids())})")
+        return node
 
     def node_ids(self) -> list[int]:
-        return [n["id"] for n in self.state()["nodes"]]
+        return [n.id for n in self.state().nodes]
 
     def broker_ids(self) -> list[int]:
-        return [n["id"] for n in self.state()["nodes"] if "broker" in n["roles"]]
+        return [n.id for n in self.state().nodes if n.is_broker]
 
     def controller_ids(self) -> list[int]:
-        return [n["id"] for n in self.state()["nodes"] if "controller" in n["roles"]]
+        return [n.id for n in self.state().nodes if n.is_controller]
 
     def node_dir(self, node_id: int) -> Path:
         return state.cluster_dir(self.name) / f"node-{node_id}"
@@ -106,16 +134,17 @@ class StatefulCluster(KafkaViews, ProxyFleet):
 
     def node_version(self, node_id: int) -> str:
         """The Kafka version the node runs (a rolling upgrade changes it node by node)."""
-        return self.node(node_id).get("kafka_version") or self.state()["kafka_version"]
+        st = self.state()
+        return st.node_version(self.node(node_id))
 
     def node_versions(self) -> dict[int, str]:
         """Every node's Kafka version."""
         st = self.state()
-        return {n["id"]: n.get("kafka_version") or st["kafka_version"] for n in st["nodes"]}
+        return {n.id: st.node_version(n) for n in st.nodes}
 
     def node_settings(self, node_id: int) -> dict[str, Any]:
         """The settings rolling faults gave the node on top of the cluster's own ({} when none)."""
-        return dict(self.node(node_id).get("settings") or {})
+        return dict(self.node(node_id).settings)
 
     def start_node_as(self, node_id: int, version: str, settings: Mapping[str, Any]) -> None:  # pragma: no cover
         """Start a stopped node on Kafka `version` with `settings` on top of the cluster's (its data kept)."""
@@ -125,10 +154,12 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         """Record a node's new version and settings in the state file, and that the cluster was rolled
         (a changed cluster is never reused by the next scenario of a batch)."""
         with state.update_state(self.name) as st:
-            st["rolled"] = True
-            for n in st["nodes"]:
-                if n["id"] == node_id:
-                    n.update(kafka_version=version, settings=dict(settings), **extra)
+            st.rolled = True
+            node = st.node(node_id)
+            if node is not None:
+                node.kafka_version, node.settings = version, dict(settings)
+                for key, value in extra.items():
+                    setattr(node, key, value)
         log.info("node %d will start as Kafka %s%s", node_id, version,
                  f" with {', '.join(f'{k}={v}' for k, v in sorted(settings.items()))}" if settings else "")
 
@@ -165,8 +196,7 @@ class StatefulCluster(KafkaViews, ProxyFleet):
             time.sleep(0.5)
 
     def _node_serving(self, node_id: int) -> tuple[bool, str]:
-        roles = self.node(node_id)["roles"]
-        if "broker" in roles:
+        if self.node(node_id).is_broker:
             try:
                 md = self.metadata()
             except ClusterError as e:
@@ -187,15 +217,14 @@ class StatefulCluster(KafkaViews, ProxyFleet):
 
     def node_link(self, node_id: int) -> NodeLink | None:
         """The node's network attachment (its namespace, addresses, host-side veth), None if it has none."""
-        link = self.node(node_id).get("link")
-        return NodeLink.from_json(link) if link else None
+        return self.node(node_id).link
 
     # --- status ---------------------------------------------------------------
-    def node_status(self, node: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - per backend
+    def node_status(self, node: NodeState) -> dict[str, Any]:  # pragma: no cover - per backend
         """One node's entry of `status()`: id, roles, address, namespace, pid, state, alive, paused."""
         raise NotImplementedError
 
-    def status_fields(self, st: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - per backend
+    def status_fields(self, st: ClusterState) -> dict[str, Any]:  # pragma: no cover - per backend
         """What `status()` says of the backend itself: backend, kafka_version, network, ..."""
         raise NotImplementedError
 
@@ -204,24 +233,23 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         addresses, the active controller, per topic-partition leader/replicas/ISR and the active faults."""
         st = self.state()
         nodes = []
-        for n in st["nodes"]:
+        for n in st.nodes:
             entry = self.node_status(n)
-            if n.get("proxy"):
-                pref = ProcessRef.from_json(n["proxy"]["process"])
-                entry["proxy"] = {"address": n["proxy"]["listen"], "pid": pref.pid if pref else None,
-                                  "state": self.proxy_state(n["id"]), "control": n["proxy"].get("control")}
+            if n.proxy:
+                entry["proxy"] = {"address": n.proxy.listen, "pid": n.proxy.process.pid if n.proxy.process else None,
+                                  "state": self.proxy_state(n.id), "control": n.proxy.control}
             nodes.append(entry)
         topics, error = self.topics_status()
         versions = self.node_versions()
         for entry in nodes:
             entry["kafka_version"] = versions[entry["id"]]
-        return {"name": self.name, **self.status_fields(st), "cluster_id": st.get("cluster_id"),
-                "bootstrap_servers": self.bootstrap_servers(), "proxy": bool(st.get("proxy")),
+        return {"name": self.name, **self.status_fields(st), "cluster_id": st.cluster_id,
+                "bootstrap_servers": self.bootstrap_servers(), "proxy": bool(st.proxy),
                 "client_connection": redacted(self.client_config()),
                 "direct_bootstrap": self.direct_bootstrap(), "active_controller": self.active_controller(),
                 "nodes": nodes, "topics": topics,
                 "active_faults": [{k: f[k] for k in ("fault_id", "kind", "target", "nodes", "params")}
-                                  for f in st["faults"]],
+                                  for f in st.faults],
                 "metadata_error": error}
 
     # --- the quorum and readiness (local and compose; an existing cluster has its own) -------
@@ -236,17 +264,17 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
         """Wait until a node accepts TCP connections on its first listener."""
         node = self.node(node_id)
-        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
+        port = node.client_port if node.is_broker else node.controller_port
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.node_state(node_id) == "dead":
                 raise ClusterError(f"node {node_id} exited during start-up; see {self.log_hint(node_id)}")
             try:
-                with socket.create_connection((node["host"], port), timeout=1):
+                with socket.create_connection((node.host, port), timeout=1):
                     return
             except OSError:
                 time.sleep(0.2)
-        raise ClusterError(f"node {node_id} is not listening on {node['host']}:{port} after {timeout_s:.0f}s")
+        raise ClusterError(f"node {node_id} is not listening on {node.host}:{port} after {timeout_s:.0f}s")
 
     def active_controller(self) -> int | None:
         """The KRaft quorum leader, from the quorum-state files of running controllers (highest epoch wins)."""
@@ -269,7 +297,7 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         last = "nothing yet"
         while time.monotonic() < deadline:
             for nid in self.node_ids():
-                if self.node(nid)["status"] == "running" and self.node_state(nid) == "dead":
+                if self.node(nid).status == "running" and self.node_state(nid) == "dead":
                     raise ClusterError(f"node {nid} exited; see {self.log_hint(nid)}")
             controller = self.active_controller()
             try:
@@ -290,15 +318,15 @@ class StatefulCluster(KafkaViews, ProxyFleet):
     # --- faults bookkeeping ---------------------------------------------------
     def active_faults(self) -> list[dict[str, Any]]:
         """Faults injected and not healed, with their heal recipes (also those of a crashed process)."""
-        return list(self.state()["faults"])
+        return list(self.state().faults)
 
     def record_fault(self, fault: dict[str, Any]) -> None:
         with state.update_state(self.name) as st:
-            st["faults"].append(fault)
+            st.faults.append(fault)
 
     def forget_fault(self, fault_id: str) -> None:
         with state.update_state(self.name) as st:
-            st["faults"] = [f for f in st["faults"] if f["fault_id"] != fault_id]
+            st.faults = [f for f in st.faults if f["fault_id"] != fault_id]
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

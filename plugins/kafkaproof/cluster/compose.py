@@ -34,15 +34,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ClusterError, ClusterNotRunning, FaultError
+from ..errors import ClusterError, ClusterNotRunning
 from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
-from . import network, state
+from . import host, network, state
 from .base import StatefulCluster
 from .proxies import front_with_proxies
 from .external import free_ports
-from .local import claimed_slot
+from .state import ClusterState, ComposeEntry, NodeState
 
 log = logging.getLogger(__name__)
 
@@ -173,10 +173,10 @@ class ComposeCluster(StatefulCluster):
     def __init__(self, name: str):
         super().__init__(name)
         st = state.load_state(name)
-        if st.get("backend") != "compose":
+        if st.backend != "compose":
             raise ClusterError(f"cluster {name!r} is not a compose cluster")
-        if st.get("engine"):
-            de.bind_engine(st["engine"])
+        if st.engine:
+            de.bind_engine(st.engine)
 
     @property
     def supported_faults(self) -> frozenset[str]:
@@ -198,17 +198,9 @@ class ComposeCluster(StatefulCluster):
                     f"cluster's volumes belong to the Docker engine")
         return f"fault {kind!r} is not supported on compose cluster {self.name}"
 
-    def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
-        raise FaultError(self.unsupported_reason("clock_skew"))
-
     def disk_state(self, node_id: int) -> str:
+        """A container's volume is no faulty disk: 'none' (its `disks` capability is absent)."""
         return "none"
-
-    def disk_control(self, node_id: int):
-        raise FaultError(self.unsupported_reason("disk_error"))
-
-    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
-        raise FaultError(self.unsupported_reason("power_loss"))
 
     # --- lifecycle ------------------------------------------------------------
     @classmethod
@@ -234,7 +226,7 @@ class ComposeCluster(StatefulCluster):
             de.ensure_tools_image()
         t0 = time.monotonic()
         workdir = state.cluster_dir(config.name)
-        with state.locked(config.name), claimed_slot(config.name, network.namespaces_supported()) as slot:
+        with state.locked(config.name), host.claimed_slot(config.name, network.namespaces_supported()) as slot:
             prefix = f"{COMPOSE_SUBNET_PREFIX}.{slot}"
             nodes = plan_nodes(config, project, prefix)
             if config.proxy:  # the rewriting proxies of an existing cluster, before the CLIENT listeners
@@ -242,13 +234,12 @@ class ComposeCluster(StatefulCluster):
             override = workdir / "override.yml"
             override.write_text(override_yaml(config, nodes))
             base_file = _users_file(config.compose_file) if config.compose_file else de.compose_file(stem)
-            st = {"name": config.name, "backend": "compose", "slot": slot, "cluster_id": new_cluster_id(),
-                  "network": mode, "engine": engine,
-                  "kafka_version": config.kafka_version, "image": image, "proxy": config.proxy,
-                  "compose": {"project": project, "files": [str(base_file), str(override)],
-                              "net_prefix": prefix},
-                  "config": config.node_layout(),
-                  "nodes": nodes, "faults": [], "created_wall": time.time()}
+            st = ClusterState(name=config.name, backend="compose", slot=slot, cluster_id=new_cluster_id(),
+                              network=mode, engine=engine, kafka_version=config.kafka_version, image=image,
+                              proxy=config.proxy,
+                              compose=ComposeEntry(project, [str(base_file), str(override)], prefix),
+                              config=config.node_layout(), nodes=[NodeState.from_json(n) for n in nodes],
+                              faults=[], created_wall=time.time())
             state.save_state(config.name, st)
         cluster = cls(config.name)
         try:
@@ -256,10 +247,10 @@ class ComposeCluster(StatefulCluster):
             if config.compose_file:
                 cluster._check_model(base_file)
             cluster._compose(["up", "-d", "--no-build"])
-            for n in nodes:
-                cluster._attach(n["id"])
-                if n.get("proxy"):
-                    cluster.start_proxy(n["id"])
+            for n in st.nodes:
+                cluster._attach(n.id)
+                if n.proxy:
+                    cluster.start_proxy(n.id)
             cluster.wait_ready(config.start_timeout_s)
         except BaseException as e:
             log.error("compose cluster %s failed to start (%s: %s); tearing down", config.name, type(e).__name__, e)
@@ -280,21 +271,21 @@ class ComposeCluster(StatefulCluster):
         proc = self._compose(["config", "--format", "json"], check=False)
         if proc.returncode != 0:
             raise ClusterError(f"{path}: `docker compose config` rejects it: {proc.stderr.strip()[-1000:]}")
-        problems = compose_model_problems(json.loads(proc.stdout), self.state()["nodes"],
-                                          self.state()["compose"]["project"])
+        st = self.state()
+        problems = compose_model_problems(json.loads(proc.stdout), [n.to_json() for n in st.nodes], st.compose.project)
         if problems:
             raise ClusterError(f"{path}: not usable as a kafkaproof compose file (start from compose/"
                                f"{compose_topology(*self._layout())}.yml; docs/compose.md):\n  " + "\n  ".join(problems))
 
     def _layout(self) -> tuple[int, int]:
-        c = self.state()["config"]
-        return c["brokers"], c["controllers"]
+        layout = self.state().config  # `ClusterConfig.node_layout()`
+        return layout["brokers"], layout["controllers"]
 
     def _compose(self, args: list[str], check: bool = True):
         st = self.state()
-        c = st["compose"]
-        env = {"KAFKA_IMAGE": st["image"], "KAFKAPROOF_NET_PREFIX": c["net_prefix"], "KAFKA_CLUSTER_ID": st["cluster_id"]}
-        return de.compose(args, c["project"], env=env, files=c["files"], check=check)
+        c = st.compose
+        env = {"KAFKA_IMAGE": st.image, "KAFKAPROOF_NET_PREFIX": c.net_prefix, "KAFKA_CLUSTER_ID": st.cluster_id}
+        return de.compose(args, c.project, env=env, files=c.files, check=check)
 
     def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
         """Heal every fault, remove the containers, network and volumes, the state file. Safe to repeat."""
@@ -303,18 +294,18 @@ class ComposeCluster(StatefulCluster):
             return
         self.stop_proxies()
         if keep_logs:
-            for n in st["nodes"]:
+            for n in st.nodes:
                 self._save_log(n)
-        for n in st["nodes"]:
-            if n.get("link") and st["network"] == "netns":
-                de.detach_netns(n["link"]["namespace"])
+        for n in st.nodes:
+            if n.link and st.network == "netns":
+                network.detach_netns(n.link.namespace)
         try:
             self._compose(["down", "-v", "--timeout", "10" if graceful else "0"], check=False)
-            de.remove_labelled(st["compose"]["project"])  # whatever compose did not know about
+            de.remove_labelled(st.compose.project)  # whatever compose did not know about
         except ClusterError as e:  # the state file stays: `cluster down` can try again
             raise ClusterError(f"compose cluster {self.name}: {e}") from e
         self._admin = None
-        state.remove_state(self.name)
+        host.forget_cluster(self.name)
         if not keep_logs:
             shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
         log.info("compose cluster %s is down", self.name)
@@ -322,7 +313,7 @@ class ComposeCluster(StatefulCluster):
     # --- nodes ----------------------------------------------------------------
     def _inspect_state(self, node_id: int) -> dict[str, Any]:
         proc = de.docker("inspect", "--type", "container", "--format", "{{json .State}}",
-                         self.node(node_id)["container"], check=False)
+                         self.node(node_id).container, check=False)
         return json.loads(proc.stdout) if proc.returncode == 0 else {}
 
     def node_state(self, node_id: int) -> str:
@@ -340,31 +331,29 @@ class ComposeCluster(StatefulCluster):
         """Record how network faults enter the node's container: its (new) namespace named here
         (`netns`), or the container itself, entered through the engine (`engine`)."""
         st, node = self.state(), self.node(node_id)
-        host_ip = f"{st['compose']['net_prefix']}.1"
-        if st["network"] == "netns":
-            ns = f"kp{st['slot']}n{node_id}"
-            de.attach_netns(node["container"], ns)
-            link = NodeLink(namespace=ns, veth_host=de.host_veth(node["container"]), host_ip=host_ip, node_ip=node["ip"])
-        elif node.get("link"):
+        host_ip = f"{st.compose.net_prefix}.1"
+        if st.network == "netns":
+            ns = f"kp{st.slot}n{node_id}"
+            network.attach_netns(node.container, ns)
+            link = NodeLink(namespace=ns, veth_host=network.host_veth(node.container), host_ip=host_ip, node_ip=node.ip)
+        elif node.link:
             return  # the container keeps its name across restarts
         else:
-            link = NodeLink(namespace=f"docker:{node['container']}", veth_host="", host_ip=host_ip, node_ip=node["ip"])
-        with state.update_state(self.name) as st:
-            for n in st["nodes"]:
-                if n["id"] == node_id:
-                    n["link"] = link.to_json()
+            link = NodeLink(namespace=f"docker:{node.container}", veth_host="", host_ip=host_ip, node_ip=node.ip)
+        with state.update_node(self.name, node_id) as n:
+            n.link = link
 
     def start_node(self, node_id: int) -> None:
         """Start a stopped node's container again (same data volume); no-op if it runs."""
         if self.node_state(node_id) != "dead":
             return
-        de.docker("start", self.node(node_id)["container"])
+        de.docker("start", self.node(node_id).container)
         self._attach(node_id)
-        log.info("node %d started (container %s)", node_id, self.node(node_id)["container"])
+        log.info("node %d started (container %s)", node_id, self.node(node_id).container)
 
     def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
         """`docker stop` (SIGTERM: a controlled shutdown, SIGKILL after `timeout_s`) or `docker kill`."""
-        container = self.node(node_id)["container"]
+        container = self.node(node_id).container
         if self.node_state(node_id) == "dead":
             return
         if self.node_state(node_id) == "paused":
@@ -386,42 +375,42 @@ class ComposeCluster(StatefulCluster):
         """Recreate a stopped node's container on `version`'s image with `settings` in its environment
         (`rolled.yml`; the same data volume), and start it. Its output so far is kept beside its log."""
         st, node = self.state(), self.node(node_id)
-        image = st["image"] if version == st["kafka_version"] else de.ensure_image(version)
-        old = self.node_dir(node_id) / f"server.{node.get('recreated', 0)}.log"
+        image = st.image if version == st.kafka_version else de.ensure_image(version)
+        old = self.node_dir(node_id) / f"server.{node.recreated}.log"
         self._save_log(node, old)
-        self._record_node_change(node_id, version, settings, image=image, recreated=node.get("recreated", 0) + 1)
+        self._record_node_change(node_id, version, settings, image=image, recreated=node.recreated + 1)
         rolled = state.cluster_dir(self.name) / "rolled.yml"
-        rolled.write_text(rolled_yaml(self.state()["nodes"]))
+        rolled.write_text(rolled_yaml([n.to_json() for n in self.state().nodes]))
         with state.update_state(self.name) as st:
-            if str(rolled) not in st["compose"]["files"]:
-                st["compose"]["files"].append(str(rolled))
-        self._compose(["up", "-d", "--no-deps", "--no-build", "--force-recreate", node["service"]])
+            if str(rolled) not in st.compose.files:
+                st.compose.files.append(str(rolled))
+        self._compose(["up", "-d", "--no-deps", "--no-build", "--force-recreate", node.service])
         self._attach(node_id)
-        log.info("node %d started (container %s, Kafka %s)", node_id, node["container"], version)
+        log.info("node %d started (container %s, Kafka %s)", node_id, node.container, version)
 
     def pause_node(self, node_id: int) -> None:
         """`docker pause`: every process of the container frozen, its connections left open."""
-        de.docker("pause", self.node(node_id)["container"])
+        de.docker("pause", self.node(node_id).container)
 
     def resume_node(self, node_id: int) -> None:
         if self.node_state(node_id) == "paused":
-            de.docker("unpause", self.node(node_id)["container"])
+            de.docker("unpause", self.node(node_id).container)
 
     def node_log(self, node_id: int) -> Path:
         """The container's output so far, saved as the node's `server.log`."""
         self._save_log(self.node(node_id))
         return super().node_log(node_id)
 
-    def _save_log(self, node: Mapping[str, Any], path: Path | None = None) -> None:
-        proc = de.docker("logs", node["container"], check=False, timeout=60)
+    def _save_log(self, node: NodeState, path: Path | None = None) -> None:
+        proc = de.docker("logs", node.container, check=False, timeout=60)
         if proc.returncode == 0:
-            path = path or self.node_dir(node["id"]) / "server.log"
+            path = path or self.node_dir(node.id) / "server.log"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(proc.stdout + proc.stderr)
 
     # --- cluster-wide views ---------------------------------------------------
     def read_quorum_state(self, node_id: int) -> dict | None:
-        proc = de.docker("exec", self.node(node_id)["container"], "cat",
+        proc = de.docker("exec", self.node(node_id).container, "cat",
                          f"{DATA_DIR}/__cluster_metadata-0/quorum-state", check=False, timeout=20)
         try:
             return json.loads(proc.stdout) if proc.returncode == 0 else None
@@ -429,30 +418,27 @@ class ComposeCluster(StatefulCluster):
             return None
 
     def log_hint(self, node_id: int) -> str:
-        return f"`docker logs {self.node(node_id)['container']}`"
+        return f"`docker logs {self.node(node_id).container}`"
 
-    def node_status(self, node: dict[str, Any]) -> dict[str, Any]:
-        node_state = self.node_state(node["id"])
-        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
-        return {"id": node["id"], "roles": node["roles"], "address": f"{node['host']}:{port}",
-                "namespace": node["link"]["namespace"] if node.get("link") else None,
-                "container": node["container"], "pid": None, "state": node_state,
+    def node_status(self, node: NodeState) -> dict[str, Any]:
+        node_state = self.node_state(node.id)
+        return {"id": node.id, "roles": node.roles, "address": node.address, "namespace": node.namespace,
+                "container": node.container, "pid": None, "state": node_state,
                 "alive": node_state == "running", "paused": node_state == "paused"}
 
-    def status_fields(self, st: dict[str, Any]) -> dict[str, Any]:
-        return {"backend": "compose", "kafka_version": st["kafka_version"], "image": st["image"],
-                "project": st["compose"]["project"], "network": st["network"],
-                "engine": st.get("engine")}
+    def status_fields(self, st: ClusterState) -> dict[str, Any]:
+        return {"backend": "compose", "kafka_version": st.kafka_version, "image": st.image,
+                "project": st.compose.project, "network": st.network, "engine": st.engine}
 
     def _dump_log_tails(self, lines: int = 15) -> None:
         try:
-            nodes = self.state()["nodes"]
+            nodes = self.state().nodes
         except ClusterNotRunning:
             return
         for n in nodes:
-            proc = de.docker("logs", "--tail", str(lines), n["container"], check=False)
+            proc = de.docker("logs", "--tail", str(lines), n.container, check=False)
             if proc.returncode == 0:
-                log.error("last lines of node %d's log:\n%s", n["id"], (proc.stdout + proc.stderr).strip())
+                log.error("last lines of node %d's log:\n%s", n.id, (proc.stdout + proc.stderr).strip())
 
     def _unreachable_from_host(self) -> bool:
         """Every node's container runs and still no broker answers this host's metadata request."""
@@ -473,14 +459,14 @@ class ComposeCluster(StatefulCluster):
             return
         addresses = network.run(["ip", "-4", "-br", "addr"], check=False).stdout.strip().splitlines()
         lines = [f"host addresses: {' | '.join(addresses)}"]
-        for n in st["nodes"]:
-            ports = [n["client_port"], n["internal_port"]] if "broker" in n["roles"] else [n["controller_port"]]
-            reach = ", ".join(f"{p} {tcp_reachable(n['ip'], p)}" for p in ports)
-            route = network.run(["ip", "route", "get", n["ip"]], check=False)
-            lines.append(f"node {n['id']} at {n['ip']}: from this host {reach}; route: "
+        for n in st.nodes:
+            ports = [n.client_port, n.internal_port] if n.is_broker else [n.controller_port]
+            reach = ", ".join(f"{p} {tcp_reachable(n.ip, p)}" for p in ports)
+            route = network.run(["ip", "route", "get", n.ip], check=False)
+            lines.append(f"node {n.id} at {n.ip}: from this host {reach}; route: "
                          f"{(route.stdout or route.stderr).strip()}")
             try:
-                inside = network.run(["nsenter", "-t", str(de.container_pid(n["container"])), "-n",
+                inside = network.run(["nsenter", "-t", str(de.container_pid(n.container)), "-n",
                                       "sh", "-c", "ip -4 -br addr; ss -ltn"], check=False)
                 lines.append(f"  inside: {' | '.join((inside.stdout + inside.stderr).strip().splitlines())}")
             except ClusterError as e:

@@ -16,11 +16,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from ..errors import ClusterError, FaultError
 from . import process, state
 from .disk import BACKING_DIR, DiskControl, control_address, fuse_mounts_under, legacy_control_address, unmount
 from .process import ProcessRef
+from .state import ClusterState, DiskEntry, NodeState
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +30,21 @@ DISK_START_TIMEOUT_S = 20.0
 
 
 class DiskFleet:
-    """Mixin of the local backend: its nodes' diskfs processes (needs `state()`, `node()`, `node_dir()`,
-    `stop_node()`, `_reap()`)."""
+    """Mixin of the local backend: its nodes' diskfs processes (`capabilities.FaultyDisks`)."""
+
+    # what the class it is mixed into provides (`capabilities.ClusterCore`, and the local backend)
+    name: str
+    state: Callable[[], ClusterState]
+    node: Callable[[int], NodeState]
+    node_dir: Callable[[int], Path]
+    node_state: Callable[[int], str]
+    node_ref: Callable[[int], ProcessRef | None]
+    stop_node: Callable[..., None]
+    unsupported_reason: Callable[[str], str]
 
     @property
     def has_disk(self) -> bool:
-        return bool(self.state().get("disk"))
+        return bool(self.state().disk)
 
     def disk_mount(self, node_id: int) -> Path:
         """The node's log directory: the diskfs mount point."""
@@ -41,10 +52,10 @@ class DiskFleet:
 
     def disk_state(self, node_id: int) -> str:
         """running / paused / dead of the node's diskfs process ('none' without disk faults)."""
-        disk = self.node(node_id).get("disk")
+        disk = self.node(node_id).disk
         if not disk:
             return "none"
-        return process.state_of(ProcessRef.from_json(disk.get("process")))
+        return process.state_of(disk.process)
 
     def start_disk(self, node_id: int) -> None:
         """Mount the node's diskfs on its log directory (no-op if it is running); returns once it answers."""
@@ -62,10 +73,8 @@ class DiskFleet:
             popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=self.node_dir(node_id), env=process.module_env(), start_new_session=True)
         ref = process.ref_for(popen.pid)
-        with state.update_state(self.name) as st:  # recorded before we wait: a crash now still unmounts it
-            for n in st["nodes"]:
-                if n["id"] == node_id:
-                    n["disk"] = {"process": ref.to_json(), "control": control}
+        with state.update_node(self.name, node_id) as n:  # recorded before we wait: a crash now still unmounts it
+            n.disk = DiskEntry(ref, control)
         deadline = time.monotonic() + DISK_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if popen.poll() is not None:
@@ -82,11 +91,11 @@ class DiskFleet:
 
     def stop_disk(self, node_id: int) -> None:
         """Unmount the node's diskfs and end its process (the node must be stopped)."""
-        disk = self.node(node_id).get("disk")
+        disk = self.node(node_id).disk
         if not disk:
             return
         mount = self.disk_mount(node_id)
-        ref = ProcessRef.from_json(disk.get("process"))
+        ref = disk.process
         if fuse_mounts_under(mount) and not unmount(mount):
             unmount(mount, lazy=True)
         # Other nodes' JVMs (each in a mount namespace of its own, copied from ours when it started) still
@@ -95,9 +104,9 @@ class DiskFleet:
 
     def stop_disks(self) -> None:
         """Unmount every node's diskfs (teardown; nodes stopped first)."""
-        for node in self.state()["nodes"]:
-            if node.get("disk"):
-                self.stop_disk(node["id"])
+        for node in self.state().nodes:
+            if node.disk:
+                self.stop_disk(node.id)
 
     def disk_control(self, node_id: int) -> DiskControl:
         """A connected control client of the node's diskfs (close it after use)."""
@@ -106,7 +115,7 @@ class DiskFleet:
         if self.disk_state(node_id) != "running":
             raise FaultError(f"the disk (diskfs) of node {node_id} is not running")
         # A diskfs of an older kafkaproof recorded no socket: it listens in the abstract namespace.
-        address = self.node(node_id)["disk"].get("control") or legacy_control_address(self.disk_mount(node_id))
+        address = self.node(node_id).disk.control or legacy_control_address(self.disk_mount(node_id))
         return DiskControl(self.disk_mount(node_id), timeout_s=30.0, address=address)
 
     def power_loss(self, node_ids: list[int]) -> dict[int, dict]:

@@ -2,11 +2,11 @@
 
 Everything goes through the `docker` CLI (and `docker compose`), so the same code works with
 kafkaproof's own engine (scripts/docker-engine.sh), a system engine or a remote `DOCKER_HOST`.
-Only what needs the container's kernel objects (`container_pid`, `attach_netns`,
-`host_veth`) requires the engine to run on this host.
+Only what needs the container's kernel objects (`container_pid`, and `network.attach_netns`,
+`network.host_veth` built on it) requires the engine to run on this host.
 
 Network faults reuse `network.py` in one of two ways. With the engine on this host and root,
-`attach_netns(container, "kp<s>n<id>")` names the container's network namespace like a local
+`network.attach_netns(container, "kp<s>n<id>")` names the container's network namespace like a local
 node's (`ip netns attach`), so `ip netns exec kp<s>n<id> nft ...` acts inside the container
 (a container started again gets a new namespace: attach it again after every (re)start).
 Otherwise (an engine on another machine, or no root) the node's namespace is `docker:<container>`
@@ -28,7 +28,6 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import network
 from ..errors import ClusterError
 from ..paths import share_dir
 
@@ -259,44 +258,6 @@ def container_ip(name: str, network_name: str) -> str:
     if not ip:
         raise ClusterError(f"container {name} has no address on {network_name} (is it running?)")
     return ip
-
-
-def attach_netns(container: str, ns_name: str) -> None:
-    """Name the container's network namespace `ns_name` (`ip netns attach`), replacing a stale name.
-
-    `ns_name` must follow network.py's convention (`kp<slot>n<id>`), so the fault code that
-    runs `ip netns exec <ns_name> nft ...` accepts it unchanged.
-    """
-    if not network.NAME_RE.match(ns_name):
-        raise ClusterError(f"namespace name {ns_name!r} must look like kp<slot>n<node id> (network.py)")
-    if not network.namespaces_supported():
-        raise ClusterError("attaching a container's network namespace needs root and iproute2")
-    pid = container_pid(container)
-    # A container started again lives in a new namespace; the old name would point at the dead one.
-    network.run(["ip", "netns", "delete", ns_name], check=False)
-    network.run(["ip", "netns", "attach", ns_name, str(pid)])
-    log.info("container %s (pid %d): network namespace attached as %s", container, pid, ns_name)
-
-
-def detach_netns(ns_name: str) -> None:
-    """Remove a namespace name made by `attach_netns` (the container keeps its namespace)."""
-    if not network.NAME_RE.match(ns_name):
-        raise ClusterError(f"refusing to delete namespace {ns_name!r}: not a kafkaproof name")
-    network.run(["ip", "netns", "delete", ns_name], check=False)
-
-
-def host_veth(container: str) -> str:
-    """Name of the host-side veth of the container's eth0 (for tc on the host side)."""
-    pid = container_pid(container)
-    inner = network.run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "link", "show", "eth0"])
-    links = json.loads(inner.stdout or "[]")
-    peer = links[0].get("link_index") if links else None
-    if not peer:
-        raise ClusterError(f"container {container} has no veth eth0 (network mode host or none?)")
-    for link in json.loads(network.run(["ip", "-j", "link", "show"]).stdout or "[]"):
-        if link.get("ifindex") == peer:
-            return link["ifname"]
-    raise ClusterError(f"no host interface with index {peer} (the peer of {container}'s eth0)")
 
 
 def labelled(cluster: str) -> dict[str, list[str]]:

@@ -28,12 +28,13 @@ import time
 from typing import Any, Collection, Mapping
 
 from .. import logs
-from ..errors import ClusterError, FaultError
+from ..errors import ClusterError
 from ..spec.connection import PROXY_ON_TLS, security_protocol, uses_tls
 from ..spec.faults import PROXY_KINDS
-from . import state
+from . import host, state
 from .base import StatefulCluster
 from .proxies import front_with_proxies
+from .state import ClusterState, NodeState
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,7 @@ class ExternalCluster(StatefulCluster):
 
     def __init__(self, name: str):
         super().__init__(name)
-        st = state.load_state(name)
-        if st.get("backend") != "external":
+        if state.load_state(name).backend != "external":
             raise ClusterError(f"cluster {name!r} is a local cluster, not an existing one")
 
     @classmethod
@@ -159,16 +159,15 @@ class ExternalCluster(StatefulCluster):
                             proxy_host, bootstrap)
         nodes = plan_proxied_nodes(brokers, proxy_host, ports) if proxy else plan_proxied_nodes(brokers, None)
         with state.locked(name):
-            state.save_state(name, {
-                "name": name, "backend": "external", "network": "external", "proxy": proxy,
-                "bootstrap": bootstrap, "cluster_id": cluster_id, "kafka_version": None,
-                "client_config": client_config,
-                "nodes": nodes, "faults": [], "created_wall": time.time()})
+            st = ClusterState(name=name, backend="external", network="external", proxy=proxy, bootstrap=bootstrap,
+                              cluster_id=cluster_id, kafka_version=None, client_config=client_config,
+                              nodes=[NodeState.from_json(n) for n in nodes], faults=[], created_wall=time.time())
+            state.save_state(name, st)
         cluster = cls(name)
         try:
-            for node in nodes:
-                if node.get("proxy"):
-                    cluster.start_proxy(node["id"])
+            for node in st.nodes:
+                if node.proxy:
+                    cluster.start_proxy(node.id)
             cluster.wait_ready(timeout_s)
         except BaseException:
             log.error("could not use the existing cluster at %s; stopping what was started", bootstrap)
@@ -184,11 +183,11 @@ class ExternalCluster(StatefulCluster):
         if st is None:
             return
         self.stop_proxies()
-        state.remove_state(self.name)
+        host.forget_cluster(self.name)
         if not keep_logs:
             shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
-        log.info("existing cluster %s (%s) released%s", self.name, st.get("bootstrap"),
-                 ": its fault proxies are stopped" if st.get("proxy") else "")
+        log.info("existing cluster %s (%s) released%s", self.name, st.bootstrap,
+                 ": its fault proxies are stopped" if st.proxy else "")
 
     # --- what kafkaproof does not own -------------------------------------------
     def node_state(self, node_id: int) -> str:
@@ -202,29 +201,9 @@ class ExternalCluster(StatefulCluster):
     def node_incarnation(self, node_id: int) -> str | None:
         return None
 
-    def start_node(self, node_id: int) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def pause_node(self, node_id: int) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def resume_node(self, node_id: int) -> None:
-        raise FaultError(NOT_OWNED)
-
-    def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
-        raise FaultError(NOT_OWNED)
-
+    # No `nodes`, `disks` or `clock` capability (they stay None): only the fault proxies are kafkaproof's.
     def disk_state(self, node_id: int) -> str:
         return "none"
-
-    def disk_control(self, node_id: int):
-        raise FaultError(NOT_OWNED)
-
-    def power_loss(self, node_ids: list[int]) -> dict[int, dict]:
-        raise FaultError(NOT_OWNED)
 
     def wait_node_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
         return None
@@ -251,7 +230,7 @@ class ExternalCluster(StatefulCluster):
     # --- views -------------------------------------------------------------------
     def direct_bootstrap(self, avoid: Collection[int] = ()) -> str:
         """The bootstrap servers the user gave: never through a proxy (kafkaproof isolates no node here)."""
-        return self.state()["bootstrap"]
+        return self.state().bootstrap
 
     def direct_client_config(self) -> dict[str, Any]:
         """The user's connection config: kafkaproof's own clients reach the brokers as every client does."""
@@ -269,10 +248,10 @@ class ExternalCluster(StatefulCluster):
         else:
             self.metadata(timeout_s=timeout_s)
 
-    def node_status(self, node: dict[str, Any]) -> dict[str, Any]:
+    def node_status(self, node: NodeState) -> dict[str, Any]:
         """A broker kafkaproof does not own: its address, always counted as running."""
-        return {"id": node["id"], "roles": node["roles"], "address": f"{node['host']}:{node['client_port']}",
+        return {"id": node.id, "roles": node.roles, "address": node.address,
                 "namespace": None, "pid": None, "state": "external", "alive": True, "paused": False}
 
-    def status_fields(self, st: dict[str, Any]) -> dict[str, Any]:
+    def status_fields(self, st: ClusterState) -> dict[str, Any]:
         return {"backend": "external", "kafka_version": None, "network": "external"}

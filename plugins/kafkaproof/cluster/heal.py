@@ -20,6 +20,7 @@ from ..errors import ClusterError, FaultError
 from ..spec.cluster import NodeLink
 from ..spec.faults import PROXY_KINDS
 from . import network
+from .state import cluster_dir
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def log_heal(cluster, fault: dict, stats: dict | None, extra_logs: tuple[Path, .
 
 
 def cluster_fault_log(cluster) -> Path:
-    from .state import cluster_dir
+    """The cluster's own fault log (every injection and heal, whoever made it)."""
     return cluster_dir(cluster.name) / "faults.jsonl"
 
 

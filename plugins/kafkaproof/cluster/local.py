@@ -28,55 +28,23 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..paths import write_text_atomic
-from ..spec.cluster import (JIT_MODES, MAX_SLOTS, ClusterConfig, NodeLink, new_cluster_id, node_properties, plan_link,
-                            plan_nodes, render_properties, routed_slots, scram_format_args, shutdown_waves)
+from ..spec.cluster import (JIT_MODES, ClusterConfig, new_cluster_id, node_properties, plan_nodes, render_properties,
+                            scram_format_args, shutdown_waves)
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
-from . import clock, network, process, procs, slots, state
+from . import clock, host, network, process, state
 from .base import START_MARKER, StatefulCluster
 from .disks import DiskFleet, unmount_leftovers
 from .install import KafkaDistribution, ensure_kafka
 from .disk import BACKING_DIR
 from .process import ProcessRef
 from .security import provision_security, write_client_properties
+from .state import ClusterState, NodeState
 
 log = logging.getLogger(__name__)
-
-
-def used_slots(use_netns: bool) -> set[int]:
-    """The cluster slots (namespace names kp<slot>n<id>, subnets, loopback ports) a cluster of this state
-    directory, a leftover namespace or a route of this host uses (`routed_slots`)."""
-    used = routed_slots(network.route_destinations())
-    for name in state.list_clusters():
-        try:
-            used.add(state.load_state(name)["slot"])
-        except (ClusterNotRunning, KeyError, json.JSONDecodeError):
-            continue
-    if use_netns:
-        for ns in network.list_kafkaproof_namespaces():
-            used.add(int(ns[2:ns.index("n", 2)]))
-    return used
-
-
-def free_slot(use_netns: bool) -> int:
-    """A cluster slot nothing uses (`used_slots`) and no cluster of any state directory on this host claims
-    (`slots`), without claiming it."""
-    used = used_slots(use_netns) | slots.taken_slots()
-    for slot in range(1, MAX_SLOTS + 1):
-        if slot not in used:
-            return slot
-    raise ClusterError("no free cluster slot: run `kafkaproof cluster down --all`")
-
-
-@contextlib.contextmanager
-def claimed_slot(name: str, use_netns: bool) -> Iterator[int]:
-    """Claim a free slot for cluster `name` in the host's registry (`slots`), so that no cluster of another
-    state directory takes it; the caller writes the cluster's state file, naming the slot, inside the block."""
-    with slots.locked() as registry:
-        yield slots.claim(registry, state.state_path(name), name, range(1, MAX_SLOTS + 1), used_slots(use_netns))
 
 
 class LocalCluster(StatefulCluster, DiskFleet):
@@ -87,17 +55,17 @@ class LocalCluster(StatefulCluster, DiskFleet):
     def __init__(self, name: str):
         super().__init__(name)
         st = state.load_state(name)
-        self.dist = KafkaDistribution(st["kafka_version"], Path(st["kafka_libs"]), st["kafka_source"])
+        self.dist = KafkaDistribution(st.kafka_version, Path(st.kafka_libs), st.kafka_source)
 
     @property
     def supported_faults(self) -> frozenset[str]:
         """Every kind; network faults only when the nodes run in network namespaces (root), clock faults
         only when they run under libfaketime, disk faults only on diskfs (started with them on)."""
         st = self.state()
-        kinds = self.supported_for("netns" if st["network"] == "netns" else "loopback")
-        if not st.get("clock"):
+        kinds = self.supported_for("netns" if st.network == "netns" else "loopback")
+        if not st.clock:
             kinds -= frozenset(CLOCK_KINDS)
-        return kinds if st.get("disk") else kinds - frozenset(DISK_KINDS)
+        return kinds if st.disk else kinds - frozenset(DISK_KINDS)
 
     @staticmethod
     def supported_for(network_mode: str = "auto") -> frozenset[str]:
@@ -126,17 +94,13 @@ class LocalCluster(StatefulCluster, DiskFleet):
         use_netns = _choose_network(config.network)
         dist = ensure_kafka(config.kafka_version)
         workdir = state.cluster_dir(config.name)
-        with state.locked(config.name), claimed_slot(config.name, use_netns) as slot:
-            nodes = plan_nodes(config, slot, use_netns)
-            st = {"name": config.name, "slot": slot, "cluster_id": new_cluster_id(),
-                  "network": "netns" if use_netns else "loopback", "kafka_version": dist.version,
-                  "kafka_libs": str(dist.libs), "kafka_source": dist.source, "heap": config.heap,
-                  "jit": config.jit,
-                  "proxy": config.proxy,
-                  "clock": config.clock,
-                  "disk": config.disk,
-                  "config": config.node_layout(),
-                  "nodes": nodes, "faults": [], "created_wall": time.time()}
+        with state.locked(config.name), host.claimed_slot(config.name, use_netns) as slot:
+            nodes = [NodeState.from_json(n) for n in plan_nodes(config, slot, use_netns)]
+            st = ClusterState(name=config.name, backend="local", slot=slot, cluster_id=new_cluster_id(),
+                              network="netns" if use_netns else "loopback", kafka_version=dist.version,
+                              kafka_libs=str(dist.libs), kafka_source=dist.source, heap=config.heap, jit=config.jit,
+                              proxy=config.proxy, clock=config.clock, disk=config.disk, config=config.node_layout(),
+                              nodes=nodes, faults=[], created_wall=time.time())
             state.save_state(config.name, st)
         cluster = cls(config.name)
         try:
@@ -151,35 +115,36 @@ class LocalCluster(StatefulCluster, DiskFleet):
 
     def _provision(self, config: ClusterConfig, workdir: Path) -> None:
         st = state.load_state(self.name)
-        if st["network"] == "netns":
-            for node in st["nodes"]:
-                network.create_link(NodeLink.from_json(node["link"]))
+        if st.network == "netns":
+            for node in st.nodes:
+                network.create_link(node.link)
         if config.client_security != "PLAINTEXT":
             with state.update_state(self.name) as st:
-                st["security"], st["client_config"] = provision_security(config, st["nodes"], workdir)
-            path = write_client_properties(workdir, st["client_config"], self.bootstrap_servers())
+                st.security, st.client_config = provision_security(config, [n.to_json() for n in st.nodes], workdir)
+            path = write_client_properties(workdir, st.client_config, self.bootstrap_servers())
             log.info("cluster %s: CLIENT listeners use %s; the client config is %s", self.name,
                      config.client_security, path)
-        for node in st["nodes"]:
+        planned = [n.to_json() for n in st.nodes]  # the form spec.cluster's node_properties reads
+        for node in planned:
             ndir = workdir / f"node-{node['id']}"
             if ndir.exists():
                 shutil.rmtree(ndir)
             (ndir / "data").mkdir(parents=True)
-            props = node_properties(config, node, st["nodes"], ndir, self.dist.major, st.get("security"))
+            props = node_properties(config, node, planned, ndir, self.dist.major, st.security)
             write_text_atomic(ndir / "server.properties", render_properties(props), private=True)
-        extra = scram_format_args(st.get("security"))
-        with ThreadPoolExecutor(max_workers=len(st["nodes"])) as pool:  # each format is a JVM start
-            list(pool.map(lambda n: self._format(workdir / f"node-{n['id']}", st["cluster_id"], extra), st["nodes"]))
+        extra = scram_format_args(st.security)
+        with ThreadPoolExecutor(max_workers=len(st.nodes)) as pool:  # each format is a JVM start
+            list(pool.map(lambda n: self._format(workdir / f"node-{n.id}", st.cluster_id, extra), st.nodes))
         if config.disk:  # the formatted directory becomes the disk's backing: what format wrote is on disk
-            for node in st["nodes"]:
-                ndir = workdir / f"node-{node['id']}"
+            for node in st.nodes:
+                ndir = workdir / f"node-{node.id}"
                 os.rename(ndir / "data", ndir / BACKING_DIR)
-                self.start_disk(node["id"])
-        for node in st["nodes"]:  # proxies first: brokers advertise them from their first registration
-            if node.get("proxy"):
-                self.start_proxy(node["id"])
-        for node in st["nodes"]:
-            self.start_node(node["id"])
+                self.start_disk(node.id)
+        for node in st.nodes:  # proxies first: brokers advertise them from their first registration
+            if node.proxy:
+                self.start_proxy(node.id)
+        for node in st.nodes:
+            self.start_node(node.id)
 
     def _format(self, ndir: Path, cluster_id: str, extra: Sequence[str] = ()) -> None:
         main = "kafka.tools.StorageTool"
@@ -207,23 +172,24 @@ class LocalCluster(StatefulCluster, DiskFleet):
         st = self._begin_down()
         if st is None:
             return
-        for wave, grace_s in shutdown_waves(st["nodes"]):
-            self._stop_processes([ProcessRef.from_json(n["process"]) for n in wave], graceful, grace_s)
+        by_id = {n.id: n for n in st.nodes}
+        for wave, grace_s in shutdown_waves([n.to_json() for n in st.nodes]):
+            self._stop_processes([by_id[n["id"]].process for n in wave], graceful, grace_s)
         self.stop_proxies()
         self.stop_disks()
-        sweep(state.cluster_dir(self.name))
+        host.sweep(state.cluster_dir(self.name))
         unmount_leftovers(state.cluster_dir(self.name))
-        if st["network"] == "netns":
-            for node in st["nodes"]:
-                if node.get("link"):
-                    network.destroy_link(NodeLink.from_json(node["link"]))
+        if st.network == "netns":
+            for node in st.nodes:
+                if node.link:
+                    network.destroy_link(node.link)
         if self._admin is not None:
             self._admin = None
-        state.remove_state(self.name)
+        host.forget_cluster(self.name)
         if keep_logs:  # keep server.log and properties, drop the (large) log segments
-            for node in st["nodes"]:
-                shutil.rmtree(self.node_dir(node["id"]) / "data", ignore_errors=True)
-                shutil.rmtree(self.node_dir(node["id"]) / BACKING_DIR, ignore_errors=True)
+            for node in st.nodes:
+                shutil.rmtree(self.node_dir(node.id) / "data", ignore_errors=True)
+                shutil.rmtree(self.node_dir(node.id) / BACKING_DIR, ignore_errors=True)
         else:
             shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)
         log.info("cluster %s is down", self.name)
@@ -242,7 +208,7 @@ class LocalCluster(StatefulCluster, DiskFleet):
 
     # --- nodes ----------------------------------------------------------------
     def node_ref(self, node_id: int) -> ProcessRef | None:
-        return ProcessRef.from_json(self.node(node_id)["process"])
+        return self.node(node_id).process
 
     def node_state(self, node_id: int) -> str:
         self._reap()
@@ -256,49 +222,45 @@ class LocalCluster(StatefulCluster, DiskFleet):
     def start_node(self, node_id: int) -> None:
         """Start (or restart) one node's JVM; no-op if it is running."""
         node = self.node(node_id)
-        if process.state_of(ProcessRef.from_json(node["process"])) != "dead":
+        if process.state_of(node.process) != "dead":
             return
         ndir = self.node_dir(node_id)
-        ns = node["link"]["namespace"] if node.get("link") else None
         st = self.state()
-        if st.get("disk"):  # a power loss left it unmounted, or its process died
+        if st.disk:  # a power loss left it unmounted, or its process died
             self.start_disk(node_id)
-        # A cluster started before the jit setting existed ran its nodes with the JVM's default.
-        jvm_opts = JIT_MODES[st.get("jit", "full")]
-        if st.get("security"):
-            jvm_opts += (f"-Djdk.net.hosts.file={st['security']['hosts_file']}",)
-        cmd = network.netns_prefix(ns) + self._node_dist(node).java_command(
-            "kafka.Kafka", str(ndir / "server.properties"), heap=st.get("heap", "512m"), jvm_opts=jvm_opts)
+        jvm_opts = JIT_MODES[st.jit]
+        if st.security:
+            jvm_opts += (f"-Djdk.net.hosts.file={st.security['hosts_file']}",)
+        cmd = network.netns_prefix(node.namespace) + self._node_dist(node).java_command(
+            "kafka.Kafka", str(ndir / "server.properties"), heap=st.heap, jvm_opts=jvm_opts)
         logf = open(ndir / "server.log", "ab")
         logf.write(f"\n{START_MARKER} {node_id} at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
         logf.flush()
-        env = {**os.environ, **clock.faketime_env(ndir)} if st.get("clock") else None
+        env = {**os.environ, **clock.faketime_env(ndir)} if st.clock else None
         popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  cwd=ndir, start_new_session=True, env=env)
         logf.close()
         self._popen[node_id] = popen
         # `ip netns exec` execs java in place, so this pid is the JVM's.
         ref = process.ref_for(popen.pid)
-        with state.update_state(self.name) as st:
-            for n in st["nodes"]:
-                if n["id"] == node_id:
-                    n["process"] = ref.to_json()
-                    n["status"] = "running"
+        with state.update_node(self.name, node_id) as n:
+            n.process, n.status = ref, "running"
         log.info("node %d started (pid %d)", node_id, popen.pid)
 
-    def _node_dist(self, node: dict) -> KafkaDistribution:
+    def _node_dist(self, node: NodeState) -> KafkaDistribution:
         """The Kafka a node runs: the cluster's, or the one a rolling upgrade started it on."""
-        if not node.get("kafka_libs"):
+        if not node.kafka_libs:
             return self.dist
-        return KafkaDistribution(node["kafka_version"], Path(node["kafka_libs"]), node["kafka_source"])
+        return KafkaDistribution(node.kafka_version, Path(node.kafka_libs), node.kafka_source)
 
     def start_node_as(self, node_id: int, version: str, settings: dict) -> None:
         """Start a stopped node on `version`'s jars, its server.properties written again for that version
         with `settings` on top (the same data directory)."""
         dist = ensure_kafka(version)
         st, node = self.state(), self.node(node_id)
-        config = ClusterConfig.from_layout(self.name, st["config"], version)
-        props = node_properties(config, node, st["nodes"], self.node_dir(node_id), dist.major, st.get("security"))
+        config = ClusterConfig.from_layout(self.name, st.config, version)
+        props = node_properties(config, node.to_json(), [n.to_json() for n in st.nodes], self.node_dir(node_id),
+                                dist.major, st.security)
         props.update(settings)
         write_text_atomic(self.node_dir(node_id) / "server.properties", render_properties(props), private=True)
         self._record_node_change(node_id, version, settings, kafka_libs=str(dist.libs), kafka_source=dist.source)
@@ -322,7 +284,7 @@ class LocalCluster(StatefulCluster, DiskFleet):
     def set_clock_offsets(self, offsets: Mapping[int, float]) -> dict[int, dict]:
         """Move each node's wall clock to true time + its offset (0: back to true time), wait until the nodes
         have re-read their files, and return the evidence per node (`clock_evidence`)."""
-        if not self.state().get("clock"):
+        if not self.state().clock:
             raise FaultError(self.unsupported_reason("clock_skew"))
         for node_id, offset_s in offsets.items():
             clock.set_offset(self.node_dir(node_id), offset_s)
@@ -367,17 +329,14 @@ class LocalCluster(StatefulCluster, DiskFleet):
     def log_hint(self, node_id: int) -> str:
         return f"{self.node_dir(node_id)}/server.log"
 
-    def node_status(self, node: dict) -> dict:
-        ref = ProcessRef.from_json(node["process"])
-        node_state = self.node_state(node["id"])
-        port = node["client_port"] if "broker" in node["roles"] else node["controller_port"]
-        return {"id": node["id"], "roles": node["roles"], "address": f"{node['host']}:{port}",
-                "namespace": node["link"]["namespace"] if node.get("link") else None,
-                "pid": ref.pid if ref else None, "state": node_state,
+    def node_status(self, node: NodeState) -> dict:
+        node_state = self.node_state(node.id)
+        return {"id": node.id, "roles": node.roles, "address": node.address, "namespace": node.namespace,
+                "pid": node.process.pid if node.process else None, "state": node_state,
                 "alive": node_state == "running", "paused": node_state == "paused"}
 
-    def status_fields(self, st: dict) -> dict:
-        return {"backend": "local", "kafka_version": st["kafka_version"], "network": st["network"]}
+    def status_fields(self, st: ClusterState) -> dict:
+        return {"backend": "local", "kafka_version": st.kafka_version, "network": st.network}
 
     def _dump_log_tails(self, lines: int = 15) -> None:
         try:
@@ -404,34 +363,3 @@ def _choose_network(mode: str) -> bool:
     if mode == "auto" and not can:
         log.warning("not root: nodes run on loopback ports; network faults are unavailable")
     return can and mode != "loopback"
-
-
-def sweep(directory: Path) -> list[int]:
-    """Stop any process still naming `directory` (a node or proxy started an instant before a crash,
-    before its pid reached the state file; a storage format in flight). Returns their pids."""
-    refs = process.find_by_cmdline(f"{directory}/")
-    for ref in refs:
-        log.warning("stopping process %d, which still uses %s", ref.pid, directory)
-        process.terminate(ref, grace_s=5.0)
-    return [r.pid for r in refs]
-
-
-def down_everything() -> list[str]:
-    """Tear down every cluster with a state file, any stray kafkaproof namespaces, and every process a
-    crashed run or analysis left (its workers, its Spark driver): all of this state directory's. The
-    clusters and namespaces of another state directory on this host (its slots' claims, `slots`) stay."""
-    from .backend import attach
-    procs.stop_all()
-    names = state.list_clusters()
-    for name in names:
-        attach(name).down()
-    sweep(state.state_dir() / "clusters")
-    unmount_leftovers(state.state_dir() / "clusters")
-    if network.namespaces_supported():
-        for ns in network.list_kafkaproof_namespaces():
-            slot_node = ns[2:]
-            slot, node_id = slot_node.split("n")
-            if slots.claimed_by_others(int(slot), state.state_dir()):
-                continue
-            network.destroy_link(plan_link(int(slot), 0, int(node_id)))
-    return names

@@ -25,6 +25,7 @@ import subprocess
 
 from ..errors import ClusterError, FaultError
 from ..spec.cluster import NodeLink
+from . import docker_engine
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,48 @@ def route_destinations() -> list[str]:
 def netns_prefix(namespace: str | None) -> list[str]:
     """Command prefix to run something inside `namespace` (empty for the root namespace)."""
     if namespace and ENGINE_NS_RE.match(namespace):
-        from .docker_engine import netns_command  # docker_engine builds on this module
-        return netns_command(namespace.split(":", 1)[1])
+        return docker_engine.netns_command(namespace.split(":", 1)[1])
     return ["ip", "netns", "exec", namespace] if namespace else []
+
+
+# --- a compose node's container: its network namespace named like a local node's ---
+
+def attach_netns(container: str, ns_name: str) -> None:
+    """Name the container's network namespace `ns_name` (`ip netns attach`), replacing a stale name.
+
+    `ns_name` must follow this module's convention (`kp<slot>n<id>`), so the fault code that
+    runs `ip netns exec <ns_name> nft ...` accepts it unchanged.
+    """
+    if not NAME_RE.match(ns_name):
+        raise ClusterError(f"namespace name {ns_name!r} must look like kp<slot>n<node id>")
+    if not namespaces_supported():
+        raise ClusterError("attaching a container's network namespace needs root and iproute2")
+    pid = docker_engine.container_pid(container)
+    # A container started again lives in a new namespace; the old name would point at the dead one.
+    run(["ip", "netns", "delete", ns_name], check=False)
+    run(["ip", "netns", "attach", ns_name, str(pid)])
+    log.info("container %s (pid %d): network namespace attached as %s", container, pid, ns_name)
+
+
+def detach_netns(ns_name: str) -> None:
+    """Remove a namespace name made by `attach_netns` (the container keeps its namespace)."""
+    if not NAME_RE.match(ns_name):
+        raise ClusterError(f"refusing to delete namespace {ns_name!r}: not a kafkaproof name")
+    run(["ip", "netns", "delete", ns_name], check=False)
+
+
+def host_veth(container: str) -> str:
+    """Name of the host-side veth of the container's eth0 (for tc on the host side)."""
+    pid = docker_engine.container_pid(container)
+    inner = run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "link", "show", "eth0"])
+    links = json.loads(inner.stdout or "[]")
+    peer = links[0].get("link_index") if links else None
+    if not peer:
+        raise ClusterError(f"container {container} has no veth eth0 (network mode host or none?)")
+    for link in json.loads(run(["ip", "-j", "link", "show"]).stdout or "[]"):
+        if link.get("ifindex") == peer:
+            return link["ifname"]
+    raise ClusterError(f"no host interface with index {peer} (the peer of {container}'s eth0)")
 
 
 # --- nftables ---------------------------------------------------------------
@@ -162,7 +202,6 @@ def nft_dropped(namespace: str, table: str) -> dict[str, int]:
 
 def counters_from_json(text: str) -> dict[str, int]:
     """Pure: summed `counter` packets/bytes of an `nft -j list table` document."""
-    import json
     packets = bytes_ = 0
     for item in json.loads(text).get("nftables", []):
         for expr in (item.get("rule") or {}).get("expr", []):
@@ -219,7 +258,6 @@ def tc_stats(link: NodeLink) -> dict[str, int]:
 
 def qdisc_stats_from_json(text: str) -> dict[str, int]:
     """Pure: overlimits and drops of the tbf qdiscs in a `tc -s -j qdisc show` document."""
-    import json
     out = {"overlimits": 0, "dropped": 0}
     for q in json.loads(text or "[]"):
         if q.get("kind") == "tbf":
@@ -230,7 +268,6 @@ def qdisc_stats_from_json(text: str) -> dict[str, int]:
 
 def tc_limited(link: NodeLink) -> bool:
     """Whether a token bucket of ours still limits a node's link (at either end)."""
-    import json
     for cmd in _tc_ends(link, "-j", "qdisc", "show"):
         proc = run(cmd, check=False)
         if proc.returncode == 0 and any(q.get("kind") == "tbf" for q in json.loads(proc.stdout or "[]")):

@@ -13,11 +13,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from .. import controlsock, logs
 from ..errors import ClusterError, FaultError
 from . import process, state
-from .process import ProcessRef
+from .state import ClusterState, NodeState, ProxyEntry
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +39,34 @@ def front_with_proxies(nodes: list[dict], proxy_host: str, ports: list[int]) -> 
 
 
 class ProxyFleet:
-    """Mixin of a cluster backend: its fault proxies (needs `state()`, `node()`, `node_dir()`, `_reap()`)."""
+    """Mixin of a cluster backend: its fault proxies (`capabilities.FaultProxies`)."""
 
-    _proxy_popen: dict
+    # what the class it is mixed into provides (`capabilities.ClusterCore`, and `views.KafkaViews`)
+    name: str
+    _proxy_popen: dict[int, subprocess.Popen]
+    state: Callable[[], ClusterState]
+    node: Callable[[int], NodeState]
+    node_dir: Callable[[int], Path]
+    node_state: Callable[[int], str]
+    _reap: Callable[[], None]
+    bootstrap_servers: Callable[[], str]
+    client_config: Callable[[], dict[str, Any]]
 
     @property
     def has_proxy(self) -> bool:
-        return bool(self.state().get("proxy"))
+        return bool(self.state().proxy)
 
     def proxy_ids(self) -> list[int]:
         """Node ids of the brokers that have a fault proxy."""
-        return [n["id"] for n in self.state()["nodes"] if n.get("proxy")]
+        return [n.id for n in self.state().nodes if n.proxy]
 
     def proxy_state(self, node_id: int) -> str:
         """running / paused / dead of a broker's proxy process ('none' without a proxy)."""
-        proxy = self.node(node_id).get("proxy")
+        proxy = self.node(node_id).proxy
         if not proxy:
             return "none"
         self._reap()
-        return process.state_of(ProcessRef.from_json(proxy["process"]))
+        return process.state_of(proxy.process)
 
     def proxy_events_path(self, node_id: int) -> Path:
         return self.node_dir(node_id) / "proxy-events.jsonl"
@@ -68,23 +78,22 @@ class ProxyFleet:
         process that started it, like the JVMs); `down()` stops it. Its control socket
         and pid are recorded in the state file once it printed its ready line.
         """
-        node = self.node(node_id)
-        proxy = node.get("proxy")
+        proxy = self.node(node_id).proxy
         if not proxy:
             raise ClusterError(f"node {node_id} has no fault proxy (start the cluster with --proxy)")
-        if process.state_of(ProcessRef.from_json(proxy["process"])) != "dead":
+        if process.state_of(proxy.process) != "dead":
             return
         ndir = self.node_dir(node_id)
         ndir.mkdir(parents=True, exist_ok=True)
         ready_file = ndir / "proxy.ready.json"
         ready_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "kafkaproof.proxy", "--listen", f"{node_id}@{proxy['listen']}={proxy['upstream']}",
+        cmd = [sys.executable, "-m", "kafkaproof.proxy", "--listen", f"{node_id}@{proxy.listen}={proxy.upstream}",
                "--control", f"unix:{controlsock.socket_path(f'{self.name}-proxy-{node_id}')}", "--events", str(self.proxy_events_path(node_id)), "--log-level", "INFO"]
         # Local brokers advertise their proxy themselves; in front of an existing cluster
         # the proxy rewrites metadata to point at itself and its peers (external.py).
-        if not proxy.get("rewrite"):
+        if not proxy.rewrite:
             cmd.append("--no-rewrite")
-        for peer_id, address in sorted(proxy.get("peers", {}).items()):
+        for peer_id, address in sorted(proxy.peers.items()):
             cmd += ["--peer", f"{peer_id}={address}"]
         env = process.module_env()
         with open(ready_file, "wb") as out, open(ndir / "proxy.log", "ab") as err:
@@ -92,10 +101,8 @@ class ProxyFleet:
                                      start_new_session=True)
         self._proxy_popen[node_id] = popen
         ref = process.ref_for(popen.pid)
-        with state.update_state(self.name) as st:  # recorded before we wait: a crash now still kills it
-            for n in st["nodes"]:
-                if n["id"] == node_id:
-                    n["proxy"].update(process=ref.to_json(), control=None)
+        with state.update_node(self.name, node_id) as n:  # recorded before we wait: a crash now still kills it
+            n.proxy.process, n.proxy.control = ref, None
         deadline = time.monotonic() + PROXY_START_TIMEOUT_S
         ready = None
         while time.monotonic() < deadline:
@@ -109,31 +116,29 @@ class ProxyFleet:
         if not ready or not ready.get("ready"):
             process.terminate(ref, grace_s=2.0, reap=self._reap)
             tail = (ndir / "proxy.log").read_text(errors="replace").strip().splitlines()[-5:]
-            raise ClusterError(f"the fault proxy of node {node_id} did not start ({proxy['listen']} -> "
-                               f"{proxy['upstream']}): {' | '.join(tail)}")
-        with state.update_state(self.name) as st:
-            for n in st["nodes"]:
-                if n["id"] == node_id:
-                    n["proxy"]["control"] = ready["control"]
+            raise ClusterError(f"the fault proxy of node {node_id} did not start ({proxy.listen} -> "
+                               f"{proxy.upstream}): {' | '.join(tail)}")
+        with state.update_node(self.name, node_id) as n:
+            n.proxy.control = ready["control"]
         log.info("proxy of node %d started (pid %d): %s -> %s, control %s", node_id, popen.pid,
-                 proxy["listen"], proxy["upstream"], ready["control"])
+                 proxy.listen, proxy.upstream, ready["control"])
 
     def stop_proxy(self, node_id: int) -> None:
-        proxy = self.node(node_id).get("proxy")
+        proxy = self.node(node_id).proxy
         if proxy:
-            process.terminate(ProcessRef.from_json(proxy["process"]), grace_s=5.0, reap=self._reap)
+            process.terminate(proxy.process, grace_s=5.0, reap=self._reap)
             _remove_socket(proxy)
 
     def proxy_control(self, node_id: int):
         """A connected control client of a broker's proxy (close it after use)."""
         from ..proxy import ControlClient
-        proxy = self.node(node_id).get("proxy")
+        proxy = self.node(node_id).proxy
         if not proxy:
             raise FaultError(f"node {node_id} has no fault proxy; proxies front the brokers "
                              f"{self.proxy_ids() or '(none: start the cluster with --proxy)'}")
-        if not proxy.get("control") or self.proxy_state(node_id) == "dead":
+        if not proxy.control or self.proxy_state(node_id) == "dead":
             raise FaultError(f"the fault proxy of node {node_id} is not running")
-        return ControlClient(proxy["control"], timeout=10.0)
+        return ControlClient(proxy.control, timeout=10.0)
 
     def check_proxies(self, timeout_s: float) -> None:
         """Every proxy answers on its control socket and metadata is readable through the proxies."""
@@ -154,20 +159,20 @@ class ProxyFleet:
         except Exception as e:
             raise ClusterError(f"metadata not readable through the fault proxies {self.bootstrap_servers()}: {e}") from e
         advertised = {f"{b.host}:{b.port}" for b in md.brokers.values()}
-        expected = {n["proxy"]["listen"] for n in self.state()["nodes"] if n.get("proxy")}
+        expected = {n.proxy.listen for n in self.state().nodes if n.proxy}
         if not advertised <= expected:
             raise ClusterError(f"brokers advertise {sorted(advertised)}, not their proxies {sorted(expected)}")
 
     def stop_proxies(self, grace_s: float = 5.0) -> None:
         """Stop every proxy process of the cluster (teardown)."""
-        for node in self.state()["nodes"]:
-            if node.get("proxy"):
-                process.terminate(ProcessRef.from_json(node["proxy"]["process"]), grace_s=grace_s, reap=self._reap)
-                _remove_socket(node["proxy"])
+        for node in self.state().nodes:
+            if node.proxy:
+                process.terminate(node.proxy.process, grace_s=grace_s, reap=self._reap)
+                _remove_socket(node.proxy)
 
 
-def _remove_socket(proxy: dict) -> None:
+def _remove_socket(proxy: ProxyEntry) -> None:
     """The control socket a killed proxy left (a stopped one removes its own)."""
-    path = controlsock.unix_path(proxy.get("control") or "")
+    path = controlsock.unix_path(proxy.control or "")
     if path:
         Path(path).unlink(missing_ok=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import ClusterError
+from . import state
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def claim_is_live(claim: dict | None, slot: int) -> bool:
     if not path:
         return True
     try:
-        return json.loads(Path(path).read_text()).get("slot") == slot
+        return state.slot_in_file(Path(path)) == slot
     except FileNotFoundError:
         return False
     except PermissionError:

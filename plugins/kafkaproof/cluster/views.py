@@ -9,10 +9,11 @@ import logging
 import random
 import time
 import uuid
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from .. import logs
 from ..errors import ClusterError, FaultError
+from .state import ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -31,16 +32,18 @@ def kafka_error_name(exc: BaseException) -> str | None:
 
 
 class KafkaViews:
-    """Mixin of a cluster backend: what Kafka itself says (needs `state()` and `node_state()`)."""
+    """Mixin of a cluster backend: what Kafka itself says."""
 
     _admin: Any = None
     _admin_bootstrap: str = ""
+    # what the class it is mixed into provides (`capabilities.ClusterCore`)
+    state: Callable[[], ClusterState]
+    node_state: Callable[[int], str]
 
     # --- cluster-wide views ---------------------------------------------------
     def bootstrap_servers(self) -> str:
         """What clients use: the brokers' advertised CLIENT addresses (the proxies, with --proxy)."""
-        return ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in self.state()["nodes"]
-                        if "broker" in n["roles"])
+        return ",".join(n.advertised for n in self.state().broker_nodes)
 
     def direct_bootstrap(self, avoid: Collection[int] = ()) -> str:
         """Bootstrap that never crosses a fault proxy: the INTERNAL listeners with --proxy or a secured
@@ -52,18 +55,18 @@ class KafkaViews:
         Nodes in `avoid` are left out unless that would leave none.
         """
         st = self.state()
-        brokers = [n for n in st["nodes"] if "broker" in n["roles"]]
-        brokers = [n for n in brokers if n["id"] not in avoid] or brokers
-        if not st.get("proxy") and not st.get("client_config"):
-            return ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in brokers)
-        return ",".join(f"{n['host']}:{n['internal_port']}" for n in brokers)
+        brokers = st.broker_nodes
+        brokers = [n for n in brokers if n.id not in avoid] or brokers
+        if not st.proxy and not st.client_config:
+            return ",".join(n.advertised for n in brokers)
+        return ",".join(f"{n.host}:{n.internal_port}" for n in brokers)
 
     def client_config(self) -> dict[str, Any]:
         """How clients connect at `bootstrap_servers()`: the secured listener's settings (empty: plaintext).
 
         Holds credentials: for clients only, never for a manifest (`spec.connection.redacted`).
         """
-        return dict(self.state().get("client_config") or {})
+        return dict(self.state().client_config or {})
 
     def direct_client_config(self) -> dict[str, Any]:
         """How kafkaproof's own clients connect at `direct_bootstrap()`: the INTERNAL listener is plaintext."""
@@ -71,7 +74,7 @@ class KafkaViews:
 
     def isolated_nodes(self) -> set[int]:
         """Nodes an active `isolate` fault cuts off from everything, kafkaproof's own clients included."""
-        return {n for f in self.state().get("faults", []) if f.get("kind") == "isolate" for n in f.get("nodes", [])}
+        return {n for f in self.state().faults if f.get("kind") == "isolate" for n in f.get("nodes", [])}
 
     def admin(self):
         """kafkaproof's admin client, bootstrapped only to brokers it can reach right now.

@@ -27,6 +27,7 @@ from .. import __version__
 from ..paths import state_dir
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster.heal import now
+from ..cluster.reuse import reuse_record
 from ..errors import KafkaproofError
 from ..faults import FaultInjector
 from ..spec import ledger
@@ -196,7 +197,7 @@ class ScenarioRun:
             with self.phase("provision"):
                 self.cluster = attach(self.options.cluster_name)
                 self._refuse_unsupported(self.cluster.supported_faults, self.cluster.backend)
-                reuse = self.cluster.state().get("reuse")
+                reuse = reuse_record(self.cluster.name)
                 if reuse is not None:  # a pipeline's cluster: fresh, or kept from earlier scenarios and checked
                     self.manifest["cluster_reuse"] = reuse
                 self.node_log_start = {nid: _size(self.cluster.node_log(nid))
@@ -281,8 +282,8 @@ class ScenarioRun:
         ids = self.scenario.data["producers"].get("bootstrap")
         if not ids or self.cluster is None:
             return self.bootstrap
-        nodes = {n["id"]: n for n in self.cluster.state()["nodes"]}
-        return ",".join(f"{nodes[i]['advertised_host']}:{nodes[i]['advertised_port']}" for i in ids)
+        st = self.cluster.state()
+        return ",".join(st.node(i).advertised for i in ids)
 
     def _experiment(self, stack: contextlib.ExitStack, deadline: float) -> None:
         data = self.scenario.data

@@ -16,6 +16,7 @@ import yaml
 
 from kafkaproof.spec import ledger
 from kafkaproof.cluster import state
+from kafkaproof.cluster.state import ClusterState, NodeState
 from kafkaproof.spec import scenario as scenario_mod
 from kafkaproof.spec.cluster import LOOPBACK_PROXY_HOST, plan_nodes, node_properties
 from kafkaproof.cluster import ClusterConfig
@@ -284,24 +285,24 @@ class StubCluster(StatefulCluster):
 
     def __init__(self, name: str, proxies: dict[int, ProxyProcess]):
         super().__init__(name)
-        self.proxies = proxies
+        self.proxy_procs = proxies
 
     def node_ids(self):
         return [1, 2, 3]
 
     def node(self, nid):
-        return {"id": nid, "link": None}
+        return NodeState(id=nid, roles=["broker"])
 
     def proxy_ids(self):
-        return sorted(self.proxies)
+        return sorted(self.proxy_procs)
 
     def proxy_state(self, nid):
-        return "running" if self.proxies[nid].proc.poll() is None else "dead"
+        return "running" if self.proxy_procs[nid].proc.poll() is None else "dead"
 
     def proxy_control(self, nid):
-        if nid not in self.proxies:
+        if nid not in self.proxy_procs:
             raise FaultError(f"node {nid} has no fault proxy")
-        return ControlClient(self.proxies[nid].ready["control"])
+        return ControlClient(self.proxy_procs[nid].ready["control"])
 
     def leader_of(self, topic, partition):
         return 2
@@ -309,7 +310,8 @@ class StubCluster(StatefulCluster):
 
 def test_injector_installs_rules_in_the_targeted_proxies_and_heals_them(tmp_path, monkeypatch):
     monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path / "state"))
-    state.save_state("px-unit", {"name": "px-unit", "proxy": True, "network": "loopback", "nodes": [], "faults": []})
+    state.save_state("px-unit", ClusterState.from_json({"name": "px-unit", "proxy": True, "network": "loopback",
+                                                        "nodes": [], "faults": []}))
     with ProxyProcess(["1@127.0.0.1:0=127.0.0.1:9"]) as p1, ProxyProcess(["2@127.0.0.1:0=127.0.0.1:9"]) as p2:
         cluster = StubCluster("px-unit", {1: p1, 2: p2})
         injector = FaultInjector(cluster, topic="t", log_path=tmp_path / "faults.jsonl")
@@ -323,7 +325,7 @@ def test_injector_installs_rules_in_the_targeted_proxies_and_heals_them(tmp_path
         injector.heal(fault.fault_id)
         assert [r["id"] for r in p2.rules()] == [everywhere.fault_id]
         heal_all(cluster)  # what `cluster down` does after a crash
-        assert p1.rules() == [] and p2.rules() == [] and state.load_state("px-unit")["faults"] == []
+        assert p1.rules() == [] and p2.rules() == [] and state.load_state("px-unit").faults == []
         # a rule left by a crash between installing it and recording the fault
         p1.add_rule({"action": "blackhole", "id": "blackhole-0123abcd"})
         p1.add_rule({"action": "blackhole", "id": "by-hand"})
@@ -364,10 +366,9 @@ def test_proxy_peer_option_is_checked():
 def test_existing_cluster_refuses_process_faults_with_a_clear_error(tmp_path, monkeypatch):
     from kafkaproof.cluster.external import NOT_OWNED, ExternalCluster, plan_proxied_nodes
     monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path))
-    state.save_state("ext-u", {"name": "ext-u", "backend": "external", "network": "external", "proxy": True,
-                               "bootstrap": "kafka-a:9092", "nodes": plan_proxied_nodes({1: ("kafka-a", 9092)},
-                                                                                       "127.0.0.1", [41001]),
-                               "faults": []})
+    state.save_state("ext-u", ClusterState.from_json({
+        "name": "ext-u", "backend": "external", "network": "external", "proxy": True, "bootstrap": "kafka-a:9092",
+        "nodes": plan_proxied_nodes({1: ("kafka-a", 9092)}, "127.0.0.1", [41001]), "faults": []}))
     from kafkaproof.cluster import attach
     ext = attach("ext-u")
     assert isinstance(ext, ExternalCluster) and ext.direct_bootstrap() == "kafka-a:9092"

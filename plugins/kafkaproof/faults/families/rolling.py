@@ -91,7 +91,7 @@ def roll(injector: "FaultInjector", spec: FaultSpec, nodes: list[int]) -> dict[s
     target_version = params.get("version")
     changes = dict(params.get("config") or {})
     timeout_s = float(params.get("timeout_s", DEFAULT_CATCH_UP_TIMEOUT_S))
-    roles = {n: cluster.node(n)["roles"] for n in nodes}
+    roles = {n: cluster.node(n).roles for n in nodes}
     order = roll_order(nodes, roles, cluster.active_controller())
     log.info("%s: rolling nodes %s %s", spec.kind, order,
              f"to Kafka {target_version}" if target_version else f"with {changes}")

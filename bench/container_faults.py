@@ -49,9 +49,9 @@ def main() -> int:
     args = parser.parse_args()
     cluster = start_cluster(ClusterConfig(name="bench-cfaults", brokers=3, backend="compose"))
     try:
-        if cluster.state()["network"] != "netns":
+        if cluster.state().network != "netns":
             raise SystemExit("the cluster came up in engine mode: run as root with the engine on this host")
-        ways = {"netns": cluster.node_link(1).namespace, "engine": f"docker:{cluster.node(1)['container']}"}
+        ways = {"netns": cluster.node_link(1).namespace, "engine": f"docker:{cluster.node(1).container}"}
         print(f"{'round':>5} {'way':>7} {'apply s':>8} {'heal s':>7}")
         med = alternate(("netns", "engine"), args.rounds, lambda way, r: one(ways[way], r),
                         lambda n, way, x: f"{n:>5} {way:>7} {x[0]:>8.3f} {x[1]:>7.3f}")

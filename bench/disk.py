@@ -31,8 +31,8 @@ from kafkaproof.cluster import ClusterConfig, LocalCluster  # noqa: E402
 def disk_cpu_s(cluster: LocalCluster) -> float:
     """CPU seconds the cluster's diskfs processes used so far (0 without disks)."""
     total = 0.0
-    for node in cluster.state()["nodes"]:
-        pid = ((node.get("disk") or {}).get("process") or {}).get("pid")
+    for node in cluster.state().nodes:
+        pid = node.disk.process.pid if node.disk and node.disk.process else None
         if pid:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -172,30 +172,27 @@ def classify(status: int | None = None, failure: str | None = None) -> str:
 
 
 @dataclass(frozen=True)
-class Request:
-    """One rendered HTTP request."""
-    method: str
-    url: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass(frozen=True)
 class RequestTemplate:
-    """One HTTP request per event; build it with `parse_request`."""
+    """One HTTP request per event; build it with `parse_request`. A rendered request is the same
+    with every placeholder substituted (`render`)."""
     method: str
     url: str
     headers: dict[str, str]
     body: str
 
-    def render(self, run: Mapping[str, str], id: str, seq: int) -> Request:
+    @property
+    def body_bytes(self) -> bytes:
+        """The body as sent: UTF-8."""
+        return self.body.encode("utf-8")
+
+    def render(self, run: Mapping[str, str], id: str, seq: int) -> RequestTemplate:
         """Pure: the request for event `id` number `seq`; `run` holds bootstrap, topic, group, run_id."""
         values = {**{k: str(run[k]) for k in RUN_PLACEHOLDERS}, "id": id, "seq": str(seq)}
 
         def fill(text: str) -> str:
             return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
-        return Request(self.method, fill(self.url), {k: fill(v) for k, v in self.headers.items()},
-                       fill(self.body).encode("utf-8"))
+        return RequestTemplate(self.method, fill(self.url), {k: fill(v) for k, v in self.headers.items()},
+                               fill(self.body))
 
 
 def _template(text: Any, field_name: str) -> str:

@@ -139,8 +139,8 @@ def test_a_request_template_renders_event_and_run_values():
     assert request.method == "POST"
     assert request.url == "http://127.0.0.1:8080/signups/signups?n=7"
     assert request.headers == {"X-Event": "e-7", "X-Run": "r42/g1"}
-    assert request.body == b'{"id": "e-7", "seq": 7, "kafka": "127.0.0.1:9092"}'
-    assert parse_request({"url": "http://h/x", "method": "put"}, "w").render(RUN, "a", 1).body == b""
+    assert request.body_bytes == b'{"id": "e-7", "seq": 7, "kafka": "127.0.0.1:9092"}'
+    assert parse_request({"url": "http://h/x", "method": "put"}, "w").render(RUN, "a", 1).body_bytes == b""
     assert parse_request({"url": "http://h/x", "method": "put"}, "w").method == "PUT"
 
 
@@ -179,7 +179,7 @@ class _App(http.server.BaseHTTPRequestHandler):
 
 
 def _outcome(request) -> str:
-    http_request = urllib.request.Request(request.url, data=request.body, headers=request.headers,
+    http_request = urllib.request.Request(request.url, data=request.body_bytes, headers=request.headers,
                                           method=request.method)
     try:
         with urllib.request.urlopen(http_request, timeout=0.3) as answer:

@@ -36,3 +36,7 @@ class AnalysisError(KafkaproofError):
 
 class ValidationFailed(KafkaproofError):
     """Great Expectations found a violated expectation."""
+
+
+class ApplicationError(KafkaproofError):
+    """A service of the application under test could not be started, got ready, or be faulted."""

@@ -10,6 +10,7 @@ scenarios yet.
 """
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import signal
@@ -103,7 +104,7 @@ class _Instance:
         try:
             with urllib.request.urlopen(substitute(self.spec.ready_url, self.values), timeout=1.0) as r:
                 return 200 <= r.status < 300
-        except (urllib.error.URLError, OSError, ValueError):  # HTTPError (non-2xx) is a URLError
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # HTTPError: non-2xx
             return False
 
     def signal_group(self, sig: int) -> bool:
@@ -219,6 +220,8 @@ class ServiceFleet:
     def pid(self, name: str, i: int) -> int | None:
         """The pid of an instance's process while it runs, else None."""
         inst = self._instance(name, i)
+        if inst.popen is None:
+            return None
         inst.popen.poll()
         return inst.ref.pid if process.state_of(inst.ref) != "dead" else None
 

@@ -77,6 +77,14 @@ def test_a_service_that_exits_at_once_is_named_with_its_last_log_lines(tmp_path)
     assert procs.entries() == []
 
 
+def test_a_command_that_cannot_start_is_named(tmp_path):
+    missing = ServiceSpec("ghost", [str(tmp_path / "no-such-binary")], ready_log="up")
+    with pytest.raises(ApplicationError, match="service ghost instance 0 could not start"):
+        with ServiceFleet([missing], tmp_path, "r1-services") as fleet:
+            fleet.start(RUN)
+    assert fleet.pid("ghost", 0) is None and procs.entries() == []
+
+
 def test_a_service_never_ready_times_out_and_is_gone(tmp_path):
     slow = ServiceSpec("slow", [sys.executable, "-u", "-c", "print('warming up'); import time; time.sleep(60)"],
                        ready_url="http://127.0.0.1:{port}/health", ready_timeout_s=1)

@@ -35,6 +35,7 @@ def server() -> Iterator[Callable[[Answer], tuple[str, list]]]:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else the reply's two writes wait on delayed ACKs
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))

@@ -24,6 +24,11 @@ def ok(path: str, body: bytes) -> tuple[int, bytes, float]:
     return 200, b"ok", 0.0
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64  # the driver's workers connect at once; the default 5 drops SYNs (1 s retries)
+
+
 @pytest.fixture
 def server() -> Iterator[Callable[[Answer], tuple[str, list]]]:
     """Start a keep-alive ThreadingHTTPServer answering with `answer`; gives its base URL and the
@@ -54,8 +59,7 @@ def server() -> Iterator[Callable[[Answer], tuple[str, list]]]:
             def log_message(self, *args: object) -> None:
                 pass
 
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        srv.daemon_threads = True
+        srv = Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         started.append(srv)
         return f"http://127.0.0.1:{srv.server_address[1]}", seen

@@ -158,3 +158,12 @@ def test_custom_event_ids(server):
     rows = drive(template(base), RUN, rate=500, messages=3, event_id=lambda seq: f"e{seq:03d}").to_pylist()
     assert [r["event_id"] for r in rows] == ["e000", "e001", "e002"]
     assert sorted(p for p, _, _ in seen) == ["/signups/e000", "/signups/e001", "/signups/e002"]
+
+
+def test_progress_is_logged_while_it_runs(server, caplog):
+    base, _ = server(ok)
+    with caplog.at_level("INFO", logger="kafkaproof.run.http_driver"):
+        drive(template(base), RUN, rate=100, messages=30, progress_s=0.1)
+    progress = [r.getMessage() for r in caplog.records if "in flight" in r.getMessage()]
+    assert len(progress) >= 2 and all("done (accepted" in line for line in progress)
+    assert caplog.records[-1].getMessage().startswith("http driver: finished 30/30 (accepted 30, rejected 0")

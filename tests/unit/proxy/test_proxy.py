@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
 import pytest

@@ -128,7 +128,7 @@ def provision_run(run: PlannedRun, batch_id: str, key: str, overrides: Overrides
     control = pipeline.fault_control(batch_id, key) if fault_tasks else None
     if resolved.bootstrap:
         return {"cluster": None, "bootstrap": resolved.bootstrap, "resolved": resolved.to_dict(), "control": control}
-    name = (pipeline.shared_cluster_name(batch_id, resolved.scenario) if reuse
+    name = (pipeline.shared_cluster_name(batch_id, resolved.cluster_key) if reuse
             else pipeline.cluster_name_for(batch_id, key))
     cluster = pipeline.provision(resolved, name, reuse=reuse, owner=pipeline.pipeline_owner(batch_id),
                                  dagrun_state=dagrun_state, wait=wait)

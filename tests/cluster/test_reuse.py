@@ -53,9 +53,9 @@ def test_a_kept_cluster_is_reused_only_when_nothing_of_the_earlier_run_is_left(t
     first = scenario(tmp_path, "t-reuse-a", faults=[{"at": 3, "kind": "kill", "target": "consumer:0", "duration": 1},
                                                    {"at": 4, "kind": "kill", "target": "leader:0", "duration": 3}])
     second, third = scenario(tmp_path, "t-reuse-b"), scenario(tmp_path, "t-reuse-c")
-    name = pipeline.shared_cluster_name(BATCH, first.scenario)
-    assert name == pipeline.shared_cluster_name(BATCH, second.scenario) == \
-        pipeline.shared_cluster_name(BATCH, third.scenario)
+    name = pipeline.shared_cluster_name(BATCH, first.cluster_key)
+    assert name == pipeline.shared_cluster_name(BATCH, second.cluster_key) == \
+        pipeline.shared_cluster_name(BATCH, third.cluster_key)
     cleanup.append(name)
 
     assert pipeline.provision(first, name, reuse=True)["reused"] is False
@@ -87,7 +87,7 @@ def test_a_kept_cluster_is_reused_only_when_nothing_of_the_earlier_run_is_left(t
 
     # a scenario asking for another cluster takes down the one kept idle
     other = scenario(tmp_path, "t-reuse-d", cluster={"brokers": 1}, topic={"partitions": 1, "replication_factor": 1})
-    other_name = pipeline.shared_cluster_name(BATCH, other.scenario)
+    other_name = pipeline.shared_cluster_name(BATCH, other.cluster_key)
     cleanup.append(other_name)
     assert other_name != name
     pipeline.provision(other, other_name, reuse=True)

@@ -143,8 +143,9 @@ def test_scenarios_asking_for_the_same_cluster_share_a_name_and_run_next_to_each
     a, b, c, d = scn("a"), scn("b", brokers=1), scn("c"), scn("d", brokers=3, config={"num.io.threads": 4})
     assert pipeline.cluster_key(a) == pipeline.cluster_key(c) != pipeline.cluster_key(b)
     assert pipeline.cluster_key(d) != pipeline.cluster_key(a)
-    assert pipeline.shared_cluster_name("n/1", a) == pipeline.shared_cluster_name("n/1", c)
-    assert pipeline.shared_cluster_name("n/1", a) != pipeline.shared_cluster_name("n/2", a)
+    key_a, key_c = pipeline.cluster_key(a), pipeline.cluster_key(c)
+    assert pipeline.shared_cluster_name("n/1", key_a) == pipeline.shared_cluster_name("n/1", key_c)
+    assert pipeline.shared_cluster_name("n/1", key_a) != pipeline.shared_cluster_name("n/2", key_a)
     assert [s.name for s in pipeline.reuse_order([a, b, c, d, scn("e", brokers=1)])] == ["a", "c", "b", "e", "d"]
 
 

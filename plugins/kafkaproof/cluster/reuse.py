@@ -1,8 +1,8 @@
 """Cluster reuse across the scenarios of a batch: which scenarios share a cluster, and its bookkeeping.
 
 Scenarios whose resolved cluster settings hash alike (`cluster_key`) share one cluster name per
-batch (`shared_cluster_name`) and run next to each other (`reuse_order`). A teardown that keeps the
-cluster for the next scenario marks it kept (`keep`); the next provision takes it only when
+batch (`shared_cluster_name`, of the key the resolver computed once) and run next to each other
+(`reuse_order`). A teardown that keeps the cluster for the next scenario marks it kept (`keep`); the next provision takes it only when
 nothing of the earlier runs is left on it (`take_kept`: `isolation.py`'s survey, with up to
 `REUSE_SETTLE_S` for partitions to get back in sync) and never after a rolling fault changed its
 nodes; otherwise it goes and a fresh one starts. `record_use` writes what the run's manifest
@@ -54,9 +54,10 @@ def cluster_key(scenario: Scenario) -> str:
     return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def shared_cluster_name(batch_id: str, scenario: Scenario) -> str:
-    """The cluster name every scenario of a batch asking for the same cluster uses (so one can reuse it)."""
-    return cluster_name_for(batch_id, f"cluster/{cluster_key(scenario)}")
+def shared_cluster_name(batch_id: str, key: str) -> str:
+    """The cluster name every run of a batch asking for the same cluster (its `cluster_key`, as
+    `ResolvedScenario.cluster_key` holds it) uses, so one can reuse it."""
+    return cluster_name_for(batch_id, f"cluster/{key}")
 
 
 def reuse_order(scenarios: list[Scenario]) -> list[Scenario]:

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))
 from kafkaproof import logs, pipeline  # noqa: E402
 from kafkaproof.analysis import analyze_many  # noqa: E402
 from kafkaproof.run import RunOptions, ScenarioRun  # noqa: E402
+from kafkaproof.run.resolved import resolve  # noqa: E402
 from kafkaproof.verdict.validation import validate  # noqa: E402
 
 
@@ -34,7 +35,7 @@ def main() -> int:
     table = []
     for scn in controls:
         started = time.monotonic()
-        runs = [ScenarioRun(pipeline.resolve(scn), RunOptions(out=args.out / scn.name)).execute()
+        runs = [ScenarioRun(resolve(scn), RunOptions(out=args.out / scn.name)).execute()
                 for _ in range(args.runs)]
         complete = [r.run_dir for r in runs if r.status == "complete"]
         if complete:

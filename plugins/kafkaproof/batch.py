@@ -6,7 +6,7 @@ A `BatchPlan` is an ordered list of `PlannedRun`s (a scenario file's `Scenario`,
 and the page the gate shows (`batch`, `clients`: a client matrix side by side, `upgrade`: current
 against candidate version). It is built from a suite (`suite_plan`: runs asking for the same cluster
 next to each other), a scenario × client matrix (`matrix_plan`) or an upgrade check (`upgrade_plan`).
-Each run is resolved once (`pipeline.resolve`, in `resolve_run`): what crosses XCom to the task that
+Each run is resolved once (`run.resolved.resolve`, in `resolve_run`): what crosses XCom to the task that
 runs it is its `ResolvedScenario`, or the refusal that is its error verdict. `judge_batch` turns the
 judged summaries into a `GateOutcome`: the verdict, the lines to print, the failure message, the page.
 The DAGs map the plan onto tasks and wire them; `run_batch` runs it in one process.
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import pipeline
+from .cluster import reuse as cluster_reuse
 from .errors import ScenarioError
-from .run.resolved import Overrides, ResolvedScenario
+from .run.resolved import Overrides, ResolvedScenario, resolve
 from .spec.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,10 @@ def matrix_page(clients: list[str] | None) -> str:
 
 def suite_plan(scenarios: list[Scenario], overrides: Overrides = Overrides()) -> BatchPlan:
     """A suite (the nightly and soak DAGs): scenarios asking for the same cluster next to each other
-    (`pipeline.reuse_order`), each knowing whether the next one may reuse its cluster (equal
-    `pipeline.cluster_key`)."""
-    ordered = pipeline.reuse_order(scenarios)
-    keys = [pipeline.cluster_key(s) for s in ordered]
+    (`cluster.reuse.reuse_order`), each knowing whether the next one may reuse its cluster (equal
+    `cluster.reuse.cluster_key`)."""
+    ordered = cluster_reuse.reuse_order(scenarios)
+    keys = [cluster_reuse.cluster_key(s) for s in ordered]
     return BatchPlan([PlannedRun(s, "", overrides, keep_for_next=i + 1 < len(keys) and keys[i + 1] == keys[i])
                       for i, s in enumerate(ordered)])
 
@@ -92,7 +93,7 @@ def resolve_run(run: PlannedRun) -> dict[str, Any]:
     """`{"scenario", "label", "resolved"}` (its `ResolvedScenario.to_dict()`), or `{"scenario", "label",
     "error"}` for a scenario that cannot take its overrides (its error verdict says why)."""
     try:
-        resolved = pipeline.resolve(run.scenario, run.overrides)
+        resolved = resolve(run.scenario, run.overrides)
     except ScenarioError as e:
         return {"scenario": run.name, "label": run.label, "error": str(e)}
     return {"scenario": run.name, "label": run.label, "resolved": resolved.to_dict()}
@@ -115,21 +116,21 @@ def provision_run(run: PlannedRun, batch_id: str, key: str, overrides: Overrides
                   wait: bool = True) -> dict[str, Any]:
     """A run whose steps are tasks (the nightly DAG's provision): resolve it once with the batch's
     `overrides`, make its fault tasks' control directory (with `fault_tasks`), start its cluster — or
-    with `reuse` reuse the one an earlier run of the batch kept (`pipeline.shared_cluster_name`) — and
+    with `reuse` reuse the one an earlier run of the batch kept (`cluster.reuse.shared_cluster_name`) — and
     return what its run, fault and teardown tasks get: `{"resolved", "cluster", "bootstrap", "control",
     "keep"}` (`keep`: its teardown keeps the cluster for the next run), or `{"error"}` when the scenario
     cannot take the overrides (no cluster). `key` names its cluster and control directory in the batch.
     HostBusy when another pipeline's cluster runs and `wait` is False.
     """
     try:
-        resolved = pipeline.resolve(run.scenario, run.overrides.merged(**overrides.to_dict()))
+        resolved = resolve(run.scenario, run.overrides.merged(**overrides.to_dict()))
     except ScenarioError as e:  # an error verdict that says why, and no cluster
         return {"cluster": None, "bootstrap": None, "error": str(e)}
     control = pipeline.fault_control(batch_id, key) if fault_tasks else None
     if resolved.bootstrap:
         return {"cluster": None, "bootstrap": resolved.bootstrap, "resolved": resolved.to_dict(), "control": control}
-    name = (pipeline.shared_cluster_name(batch_id, resolved.cluster_key) if reuse
-            else pipeline.cluster_name_for(batch_id, key))
+    name = (cluster_reuse.shared_cluster_name(batch_id, resolved.cluster_key) if reuse
+            else cluster_reuse.cluster_name_for(batch_id, key))
     cluster = pipeline.provision(resolved, name, reuse=reuse, owner=pipeline.pipeline_owner(batch_id),
                                  dagrun_state=dagrun_state, wait=wait)
     return {**cluster, "resolved": resolved.to_dict(), "control": control, "reuse": reuse,
@@ -222,7 +223,7 @@ def run_batch(plan: BatchPlan, batch_id: str) -> BatchResult:
     runs: list[dict] = []
     for run in plan.runs:
         try:
-            resolved = pipeline.resolve(run.scenario, run.overrides)
+            resolved = resolve(run.scenario, run.overrides)
         except ScenarioError as e:
             runs.append(pipeline.unstarted_run(run.name, str(e), run.label))
             continue

@@ -199,9 +199,8 @@ def cmd_run(args) -> int:
     import signal
     from pathlib import Path
     from .paths import runs_dir
-    from .pipeline import resolve
     from .run import RunOptions, ScenarioRun
-    from .run.resolved import Overrides
+    from .run.resolved import Overrides, resolve
     from .spec import scenario as scenario_mod
     if args.salvage:
         from .run.salvage import salvage_run

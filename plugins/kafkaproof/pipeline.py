@@ -2,7 +2,7 @@
 
 provision → run → teardown (always) per scenario; one spark-submit over every complete run of
 the batch; then per run validate → compare with history → report (`judge`); a final gate over
-every scenario's summary. A scenario is parsed and resolved once (`resolve`: the file, the
+every scenario's summary. A scenario is parsed and resolved once (`run.resolved.resolve`: the file, the
 run's `Overrides`, its random schedule drawn, every fault and client property checked, the
 environment applied) and passed on as a `ResolvedScenario`; across Airflow tasks it travels
 through XCom as `ResolvedScenario.to_dict()`. What a batch runs, in what order, and how it is
@@ -22,14 +22,10 @@ from typing import Any, Callable, Mapping
 from .cluster import attach, start_cluster, state
 from .cluster import reuse as cluster_reuse
 from .cluster.process import start_ticks
-# Cluster reuse lives in cluster/reuse.py; the DAGs and the batch plan reach it through the pipeline.
-from .cluster.reuse import (AIRFLOW_CLUSTER_PREFIX, cluster_key, cluster_name_for, release_kept_clusters,  # noqa: F401
-                            reuse_order, shared_cluster_name)
+from .cluster.reuse import AIRFLOW_CLUSTER_PREFIX, cluster_name_for, release_kept_clusters
 from .errors import ClusterError, KafkaproofError, ScenarioError
-from .faults import check_scenario_faults
 from .paths import runs_dir, scenarios_dir
-from .run.resolved import Overrides, ResolvedScenario
-from .spec.clients import ClientConfigError, apply_overrides, environment_overrides
+from .run.resolved import Overrides, ResolvedScenario, resolve
 from .spec.scenario import Scenario, load, load_catalog
 from .verdict.summary import client_differences, gate, summarize, upgrade_differences  # noqa: F401 (gate: re-exported)
 
@@ -55,30 +51,6 @@ def suite(tag: str | None = None, names: list[str] | None = None) -> list[Scenar
             raise KafkaproofError(f"unknown scenarios {unknown}; the catalog has: {', '.join(sorted(by_name))}")
         return [by_name[n] for n in names]
     return [s for s in load_catalog(directory) if tag is None or tag in s.data["tags"]]
-
-
-def resolve(scenario: Scenario, overrides: Overrides = Overrides()) -> ResolvedScenario:
-    """The scenario as it will run, resolved once: the run's overrides applied, its random schedule drawn
-    (on an existing cluster the target `random` stays one resolved when injected), every fault and client
-    property checked (the Java client's check starts a JVM: this is the only place that asks), the
-    environment's extra client settings applied, the cluster reuse key computed. ScenarioError naming
-    the file and field when it cannot take them — before anything starts."""
-    from .run.client_config import check_client_config
-    overridden = scenario.with_overrides(overrides.messages, overrides.kafka_version, overrides.brokers,
-                                         overrides.bootstrap, overrides.backend, overrides.client,
-                                         overrides.upgrade_to)
-    # drawn once, recorded, replayable
-    drawn = overridden.with_random_schedule(overrides.seed, known_nodes=not overrides.bootstrap)
-    check_scenario_faults(drawn)  # the proxy's own rule parser, before anything starts
-    check_client_config(drawn)  # the client's own property names
-    try:
-        environment = environment_overrides(os.environ)
-    except ClientConfigError as e:
-        raise KafkaproofError(f"environment: {e}") from None
-    # What runs includes the environment's extra settings; the hash (history's "same configuration")
-    # does not: they are the system under test changing, which is what history is there to catch.
-    running = Scenario(drawn.name, drawn.path, apply_overrides(drawn.data, environment))
-    return ResolvedScenario(running, overrides, overridden.hash(), cluster_key(running), environment)
 
 
 def refusal(scenario: Scenario, overrides: Overrides = Overrides()) -> str | None:

@@ -17,6 +17,7 @@ import pytest
 from kafkaproof import analysis, pipeline
 from kafkaproof.verdict.policy import load_policy
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import resolve
 from kafkaproof.verdict.validation import format_result, validate
 
 from support import needs_root
@@ -38,7 +39,7 @@ def test_every_scenario_gets_the_verdict_it_claims(tmp_path):
     rows, problems, complete = [], [], []
     for scn in selected():
         started = time.monotonic()
-        result = ScenarioRun(pipeline.resolve(scn), RunOptions(out=tmp_path)).execute()
+        result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path)).execute()
         rows.append({"scenario": scn.name, "run_s": round(time.monotonic() - started, 1), "run": result})
         print(f"[catalog] {len(rows)}: {scn.name} {result.status} in {rows[-1]['run_s']} s", flush=True)
         if result.status == "complete":

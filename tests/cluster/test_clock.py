@@ -11,8 +11,8 @@ import yaml
 
 from kafkaproof.cluster import ClusterConfig, LocalCluster
 from kafkaproof.faults import FaultInjector, heal_all
-from kafkaproof.pipeline import resolve
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import resolve
 from kafkaproof.spec import ledger
 from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.spec.scenario import load

@@ -14,8 +14,8 @@ from kafkaproof.cluster import ClusterConfig, LocalCluster, attach
 from kafkaproof.cluster.disk import fuse_mounts_under
 from kafkaproof.cluster.state import cluster_dir
 from kafkaproof.faults import FaultInjector, heal_all
-from kafkaproof.pipeline import resolve
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import resolve
 from kafkaproof.spec import ledger
 from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.spec.scenario import load

@@ -11,8 +11,7 @@ import yaml
 
 from kafkaproof.errors import ScenarioError
 from kafkaproof.run import RunOptions, ScenarioRun
-from kafkaproof.pipeline import resolve
-from kafkaproof.run.resolved import Overrides
+from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.run.client_config import client_config_problems
 from kafkaproof.spec import ledger
 from kafkaproof.spec.scenario import load

@@ -25,8 +25,7 @@ from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.run import RunOptions, ScenarioRun
-from kafkaproof.pipeline import resolve
-from kafkaproof.run.resolved import Overrides
+from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.spec.scenario import load
 
 from exposure import Survey

@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from kafkaproof.run import RunOptions, ScenarioRun
-from kafkaproof.pipeline import resolve
-from kafkaproof.run.resolved import Overrides
+from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.spec import ledger
 from kafkaproof.spec.scenario import load
 

@@ -10,6 +10,8 @@ import yaml
 
 from kafkaproof import pipeline
 from kafkaproof.cluster import attach, state
+from kafkaproof.cluster.reuse import shared_cluster_name
+from kafkaproof.run.resolved import resolve
 from kafkaproof.spec import ledger
 from kafkaproof.spec.scenario import load
 
@@ -30,7 +32,7 @@ def scenario(tmp_path: Path, name: str, **overrides):
     doc.update(overrides)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
-    return pipeline.resolve(load(path))
+    return resolve(load(path))
 
 
 @pytest.fixture
@@ -53,9 +55,9 @@ def test_a_kept_cluster_is_reused_only_when_nothing_of_the_earlier_run_is_left(t
     first = scenario(tmp_path, "t-reuse-a", faults=[{"at": 3, "kind": "kill", "target": "consumer:0", "duration": 1},
                                                    {"at": 4, "kind": "kill", "target": "leader:0", "duration": 3}])
     second, third = scenario(tmp_path, "t-reuse-b"), scenario(tmp_path, "t-reuse-c")
-    name = pipeline.shared_cluster_name(BATCH, first.cluster_key)
-    assert name == pipeline.shared_cluster_name(BATCH, second.cluster_key) == \
-        pipeline.shared_cluster_name(BATCH, third.cluster_key)
+    name = shared_cluster_name(BATCH, first.cluster_key)
+    assert name == shared_cluster_name(BATCH, second.cluster_key) == \
+        shared_cluster_name(BATCH, third.cluster_key)
     cleanup.append(name)
 
     assert pipeline.provision(first, name, reuse=True)["reused"] is False
@@ -87,7 +89,7 @@ def test_a_kept_cluster_is_reused_only_when_nothing_of_the_earlier_run_is_left(t
 
     # a scenario asking for another cluster takes down the one kept idle
     other = scenario(tmp_path, "t-reuse-d", cluster={"brokers": 1}, topic={"partitions": 1, "replication_factor": 1})
-    other_name = pipeline.shared_cluster_name(BATCH, other.cluster_key)
+    other_name = shared_cluster_name(BATCH, other.cluster_key)
     cleanup.append(other_name)
     assert other_name != name
     pipeline.provision(other, other_name, reuse=True)

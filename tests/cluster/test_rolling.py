@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaproof.pipeline import resolve, suite
+from kafkaproof.pipeline import suite
 from kafkaproof.run import RunOptions, ScenarioRun
-from kafkaproof.run.resolved import Overrides
+from kafkaproof.run.resolved import Overrides, resolve
 
 from rolling_checks import check_rolled_run, settings_change_upgrade_and_refused_downgrade
 

@@ -14,8 +14,8 @@ import yaml
 
 from kafkaproof.spec import ledger
 from kafkaproof.cluster import network, state
-from kafkaproof.pipeline import resolve
 from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import resolve
 from kafkaproof.spec.scenario import load
 
 from support import needs_root

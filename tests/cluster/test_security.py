@@ -26,8 +26,7 @@ import yaml
 from kafkaproof import pipeline
 from kafkaproof.cluster import ClusterConfig, LocalCluster, state
 from kafkaproof.run import RunOptions, ScenarioRun
-from kafkaproof.pipeline import resolve
-from kafkaproof.run.resolved import Overrides
+from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.run.versions import python_client_versions
 from kafkaproof.spec import ledger
 from kafkaproof.spec.connection import read_client_config

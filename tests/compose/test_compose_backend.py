@@ -19,7 +19,7 @@ from kafkaproof.cluster.host import free_slot
 from kafkaproof.errors import ClusterError
 from kafkaproof.faults import FaultInjector
 from kafkaproof.run import RunOptions, ScenarioRun
-from kafkaproof.run.resolved import Overrides
+from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.spec import ledger
 from kafkaproof.spec.cluster import ClusterConfig
 from kafkaproof.spec.faults import FaultSpec
@@ -135,7 +135,7 @@ def test_a_scenario_runs_on_a_compose_cluster_with_exact_counts(docker_ready, tm
            "faults": [{"at": 3, "kind": "kill", "target": "leader:0", "duration": 3}]}
     path = tmp_path / "t-compose-run.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = ScenarioRun(pipeline.resolve(load(path)), RunOptions(out=tmp_path / "runs")).execute()
+    result = ScenarioRun(resolve(load(path)), RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     sends = pq.read_table(ledger.table_path(result.run_dir, "sends")).to_pandas()
     audit = pq.read_table(ledger.table_path(result.run_dir, "audit")).to_pandas()
@@ -243,7 +243,7 @@ def test_a_users_compose_file_that_breaks_the_conventions_is_refused_before_anyt
 @pytest.mark.long
 def test_catalog_rolling_upgrade_on_containers_loses_and_duplicates_nothing(docker_ready, tmp_path):
     (scenario,) = pipeline.suite(names=["upgrade-39-to-43-idempotent"])
-    result = ScenarioRun(pipeline.resolve(scenario, Overrides(messages=20000, backend="compose")),
+    result = ScenarioRun(resolve(scenario, Overrides(messages=20000, backend="compose")),
                          RunOptions(out=tmp_path / "runs")).execute()
     assert result.status == "complete", result.error
     check_rolled_run(result.run_dir, [1, 2, 3], 20000)

@@ -124,9 +124,9 @@ def test_the_kind_list_check_sees_a_kind_list():
                                                                     "latency"})] == [1, 2]
 
 
-# --- one resolution: past `pipeline.resolve`, only the ResolvedScenario --------------------------------------------
+# --- one resolution: past `run.resolved.resolve`, only the ResolvedScenario ----------------------------------------
 
-RESOLVER = ("pipeline.py", "resolve")
+RESOLVER = ("run/resolved.py", "resolve")
 # Modules past the resolver: what they run is a ResolvedScenario, never a Scenario plus loose overrides.
 PAST_THE_RESOLVER = [PACKAGE / "run" / "scenario_run.py", PACKAGE / "pipeline.py", PACKAGE / "batch.py",
                      REPO / "dags" / "kafka_reliability.py"]
@@ -174,7 +174,7 @@ def test_no_override_is_threaded_past_the_resolver(path):
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
         threaded += [f"{cls.name}.{a.target.id}" for a in cls.body
                      if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and a.target.id in fields]
-    assert not threaded, f"{named(path)}: pass these in the ResolvedScenario (pipeline.resolve): {threaded}"
+    assert not threaded, f"{named(path)}: pass these in the ResolvedScenario (run.resolved.resolve): {threaded}"
 
 
 def first_parameter(path: Path, qualified: str) -> str:
@@ -209,7 +209,7 @@ def test_only_the_resolver_applies_overrides_draws_schedules_and_checks_clients(
                         found[callee].add((named(path), fn.name))
     stray = {name: sorted(where - RESOLVING_CALLS[name]) for name, where in found.items()
              if where - RESOLVING_CALLS[name]}
-    assert not stray, f"resolve once, in pipeline.resolve; these resolve again: {stray}"
+    assert not stray, f"resolve once, in run.resolved.resolve; these resolve again: {stray}"
 
 
 

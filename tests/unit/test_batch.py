@@ -1,4 +1,4 @@
-"""One resolution (`pipeline.resolve` → `ResolvedScenario`) and one batch plan (`kafkaproof.batch`), no cluster."""
+"""One resolution (`run.resolved.resolve` → `ResolvedScenario`) and one batch plan (`kafkaproof.batch`), no cluster."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,8 @@ import yaml
 
 from kafkaproof import batch, pipeline
 from kafkaproof.errors import KafkaproofError, ScenarioError
-from kafkaproof.run.resolved import Overrides, ResolvedScenario
+from kafkaproof.cluster.reuse import cluster_key
+from kafkaproof.run.resolved import Overrides, ResolvedScenario, resolve
 from kafkaproof.spec.scenario import Scenario, validate_document
 
 pytestmark = pytest.mark.unit
@@ -25,25 +26,25 @@ def scn(name: str, **fields) -> Scenario:
 def test_a_scenario_is_resolved_once_with_its_overrides_schedule_environment_and_cluster_key(monkeypatch):
     monkeypatch.setenv("KAFKAPROOF_EXTRA_PRODUCER_CONFIG", '{"linger.ms": 7}')
     random = scn("r", producers={"messages": 15000, "rate": 500}, faults={"random": RANDOM})
-    resolved = pipeline.resolve(random, Overrides(messages=12000, brokers=3, seed=5))
+    resolved = resolve(random, Overrides(messages=12000, brokers=3, seed=5))
     data = resolved.scenario.data
     assert data["producers"]["messages"] == 12000 and data["cluster"]["brokers"] == 3
     assert data["random_faults"]["seed"] == 5 and data["faults"]  # drawn here, not where it runs
     assert data["producers"]["config"]["linger.ms"] == 7 and resolved.environment_overrides == {
         "producers": {"linger.ms": 7}}
     assert resolved.scenario_hash == random.with_overrides(messages=12000, brokers=3).hash()  # not one draw's
-    assert resolved.cluster_key == pipeline.cluster_key(random.with_overrides(brokers=3))
+    assert resolved.cluster_key == cluster_key(random.with_overrides(brokers=3))
     assert resolved.cluster_config("af-x").brokers == 3 and resolved.cluster_config("af-x").name == "af-x"
     # it crosses XCom as JSON and comes back the same: the run does not draw or check again
     again = ResolvedScenario.from_dict(json.loads(json.dumps(resolved.to_dict())))
     assert again == resolved and again.bootstrap is None
-    existing = pipeline.resolve(scn("e"), Overrides(bootstrap="k1:9092"))
+    existing = resolve(scn("e"), Overrides(bootstrap="k1:9092"))
     assert existing.bootstrap == "k1:9092" and existing.overrides.to_dict() == {"bootstrap": "k1:9092"}
     with pytest.raises(ScenarioError, match="1 broker"):
-        pipeline.resolve(scn("s", topic={"replication_factor": 3}), Overrides(brokers=1))
+        resolve(scn("s", topic={"replication_factor": 3}), Overrides(brokers=1))
     monkeypatch.setenv("KAFKAPROOF_EXTRA_PRODUCER_CONFIG", "not json")
     with pytest.raises(KafkaproofError, match="environment: KAFKAPROOF_EXTRA_PRODUCER_CONFIG"):
-        pipeline.resolve(scn("e"))
+        resolve(scn("e"))
 
 
 def test_a_suite_by_name_reads_only_the_named_files(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kafkaproof import batch, pipeline
+from kafkaproof.cluster import reuse
 from kafkaproof.run.resolved import Overrides
 from kafkaproof.verdict import history
 
@@ -64,8 +65,8 @@ def test_upgrade_differences():
 
 
 def test_cluster_names_are_short_and_distinct():
-    a = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "baseline")
-    b = pipeline.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "e1")
+    a = reuse.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "baseline")
+    b = reuse.cluster_name_for("kafka_reliability_nightly/manual__2026-11-22T02:00:00+00:00", "e1")
     assert a != b and a.startswith("af-") and len(a) <= 31
 
 
@@ -141,12 +142,12 @@ def test_scenarios_asking_for_the_same_cluster_share_a_name_and_run_next_to_each
         return Scenario(name, None, validate_document(doc, name))
 
     a, b, c, d = scn("a"), scn("b", brokers=1), scn("c"), scn("d", brokers=3, config={"num.io.threads": 4})
-    assert pipeline.cluster_key(a) == pipeline.cluster_key(c) != pipeline.cluster_key(b)
-    assert pipeline.cluster_key(d) != pipeline.cluster_key(a)
-    key_a, key_c = pipeline.cluster_key(a), pipeline.cluster_key(c)
-    assert pipeline.shared_cluster_name("n/1", key_a) == pipeline.shared_cluster_name("n/1", key_c)
-    assert pipeline.shared_cluster_name("n/1", key_a) != pipeline.shared_cluster_name("n/2", key_a)
-    assert [s.name for s in pipeline.reuse_order([a, b, c, d, scn("e", brokers=1)])] == ["a", "c", "b", "e", "d"]
+    assert reuse.cluster_key(a) == reuse.cluster_key(c) != reuse.cluster_key(b)
+    assert reuse.cluster_key(d) != reuse.cluster_key(a)
+    key_a, key_c = reuse.cluster_key(a), reuse.cluster_key(c)
+    assert reuse.shared_cluster_name("n/1", key_a) == reuse.shared_cluster_name("n/1", key_c)
+    assert reuse.shared_cluster_name("n/1", key_a) != reuse.shared_cluster_name("n/2", key_a)
+    assert [s.name for s in reuse.reuse_order([a, b, c, d, scn("e", brokers=1)])] == ["a", "c", "b", "e", "d"]
 
 
 def test_a_pipeline_clusters_owner_is_gone_when_its_dag_run_no_longer_runs(tmp_path, monkeypatch):

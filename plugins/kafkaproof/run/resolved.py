@@ -1,6 +1,6 @@
 """The scenario as it will run: a scenario file's `Scenario` with a run's `Overrides` resolved once.
 
-`pipeline.resolve` is the one function that makes a `ResolvedScenario` (the overrides applied and
+`resolve` is the one function that makes a `ResolvedScenario` (the overrides applied and
 checked, the random schedule drawn, every fault and client property checked — the Java check
 starts a JVM — the environment's extra client settings applied, the cluster reuse key computed);
 everything past it (`ScenarioRun`, `pipeline.provision`, the DAG tasks) takes this type and never
@@ -9,9 +9,14 @@ resolves again. It crosses Airflow's XCom as `to_dict()`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cluster.reuse import cluster_key
+from ..errors import KafkaproofError
+from ..faults import check_scenario_faults
+from ..spec.clients import ClientConfigError, apply_overrides, environment_overrides
 from ..spec.cluster import ClusterConfig, cluster_config
 from ..spec.scenario import Scenario
 
@@ -50,13 +55,13 @@ OVERRIDE_FIELDS = tuple(f.name for f in dataclasses.fields(Overrides))
 
 @dataclass(frozen=True)
 class ResolvedScenario:
-    """A scenario as it will run (made by `pipeline.resolve` only).
+    """A scenario as it will run (made by `resolve` only).
 
     `scenario` is what runs: the overrides applied, a random schedule drawn into its timeline, the
     environment's extra client settings (`environment_overrides`) applied. `scenario_hash` is the
     history's "same configuration": overrides included, not one draw of a random schedule nor the
     environment's settings (those are the system under test changing). `cluster_key` is what makes two
-    runs' clusters the same (`pipeline.cluster_key`): runs with equal keys may share one.
+    runs' clusters the same (`cluster.reuse.cluster_key`): runs with equal keys may share one.
     """
 
     scenario: Scenario
@@ -89,3 +94,27 @@ class ResolvedScenario:
         """Inverse of `to_dict`."""
         return cls(Scenario.from_json(doc["scenario"]), Overrides.from_dict(doc["overrides"]), doc["scenario_hash"],
                    doc["cluster_key"], doc.get("environment_overrides") or {})
+
+
+def resolve(scenario: Scenario, overrides: Overrides = Overrides()) -> ResolvedScenario:
+    """The scenario as it will run, resolved once: the run's overrides applied, its random schedule drawn
+    (on an existing cluster the target `random` stays one resolved when injected), every fault and client
+    property checked (the Java client's check starts a JVM: this is the only place that asks), the
+    environment's extra client settings applied, the cluster reuse key computed. ScenarioError naming
+    the file and field when it cannot take them — before anything starts."""
+    from .client_config import check_client_config
+    overridden = scenario.with_overrides(overrides.messages, overrides.kafka_version, overrides.brokers,
+                                         overrides.bootstrap, overrides.backend, overrides.client,
+                                         overrides.upgrade_to)
+    # drawn once, recorded, replayable
+    drawn = overridden.with_random_schedule(overrides.seed, known_nodes=not overrides.bootstrap)
+    check_scenario_faults(drawn)  # the proxy's own rule parser, before anything starts
+    check_client_config(drawn)  # the client's own property names
+    try:
+        environment = environment_overrides(os.environ)
+    except ClientConfigError as e:
+        raise KafkaproofError(f"environment: {e}") from None
+    # What runs includes the environment's extra settings; the hash (history's "same configuration")
+    # does not: they are the system under test changing, which is what history is there to catch.
+    running = Scenario(drawn.name, drawn.path, apply_overrides(drawn.data, environment))
+    return ResolvedScenario(running, overrides, overridden.hash(), cluster_key(running), environment)

@@ -103,7 +103,7 @@ class ScenarioRun:
     """One execution of a scenario. Use `execute()`; it never leaves anything running."""
 
     def __init__(self, resolved: ResolvedScenario, options: RunOptions):
-        # resolved once before (`pipeline.resolve`): overrides, drawn schedule, checks, environment
+        # resolved once before (`run.resolved.resolve`): overrides, drawn schedule, checks, environment
         self.resolved = resolved
         self.scenario = resolved.scenario
         self.environment_overrides = resolved.environment_overrides

@@ -1,14 +1,14 @@
 """Cluster reuse across the scenarios of a batch: which scenarios share a cluster, and its bookkeeping.
 
-Scenarios whose resolved cluster settings hash alike (`cluster_key`) share one cluster name per
-batch (`shared_cluster_name`, of the key the resolver computed once) and run next to each other
-(`reuse_order`). A teardown that keeps the cluster for the next scenario marks it kept (`keep`); the next provision takes it only when
-nothing of the earlier runs is left on it (`take_kept`: `isolation.py`'s survey, with up to
-`REUSE_SETTLE_S` for partitions to get back in sync) and never after a rolling fault changed its
-nodes; otherwise it goes and a fresh one starts. `record_use` writes what the run's manifest
-shows (`ClusterState.reuse`: reused or not, the runs before, what was checked; `runs`). A kept
-cluster is idle by definition: any provision that does not reuse it tears it down
-(`release_kept_clusters`).
+Scenarios whose resolved cluster settings hash alike (`config_key`; `cluster_key` before they are
+resolved) share one cluster name per batch (`shared_cluster_name`, of the key the resolver computed
+once) and run next to each other (`reuse_order`). A teardown that keeps the cluster for the next
+scenario marks it kept (`keep`); the next provision takes it only when nothing of the earlier runs is
+left on it (`take_kept`: `isolation.py`'s survey, with up to `REUSE_SETTLE_S` for partitions to get back
+in sync) and never after a rolling fault changed its nodes; otherwise it goes and a fresh one starts.
+`record_use` writes what the run's manifest shows (`ClusterState.reuse`: reused or not, the runs before,
+what was checked; `runs`). A kept cluster is idle by definition: any provision that does not reuse it
+tears it down (`release_kept_clusters`).
 """
 from __future__ import annotations
 
@@ -41,17 +41,26 @@ def cluster_name_for(batch_id: str, scenario: str) -> str:
 
 
 def scenario_cluster_config(scenario: Scenario, cluster_name: str) -> ClusterConfig:
-    """The cluster a resolved scenario asks for, with the environment's overrides applied (as the run sees it)."""
+    """The cluster a scenario not resolved yet asks for, with the environment's overrides applied (as the run
+    will see it): only for keys of unresolved scenarios (`cluster_key`: `batch.suite_plan`'s order and
+    `keep_for_next`, before each run is resolved). A `ResolvedScenario` has the environment applied
+    already: take its `cluster_config` and `cluster_key`."""
     data = apply_overrides(scenario.data, environment_overrides(os.environ))
     return cluster_config(data, cluster_name, scenario.directory)
 
 
+def config_key(config: ClusterConfig) -> str:
+    """What makes two clusters the same (backend, version, nodes, settings, proxy; not the name), as a short
+    hash."""
+    fields = dataclasses.asdict(config)
+    fields.pop("name")
+    return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def cluster_key(scenario: Scenario) -> str:
-    """What makes two resolved scenarios' clusters the same (backend, version, nodes, settings, proxy), as a
-    short hash."""
-    config = dataclasses.asdict(scenario_cluster_config(scenario, "-"))
-    config.pop("name")
-    return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """The `config_key` of the cluster a scenario not resolved yet asks for (`scenario_cluster_config`); a
+    resolved one's is `ResolvedScenario.cluster_key`, computed once by the resolver."""
+    return config_key(scenario_cluster_config(scenario, "-"))
 
 
 def shared_cluster_name(batch_id: str, key: str) -> str:

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster.reuse import cluster_key
+from ..cluster.reuse import config_key
 from ..errors import KafkaproofError
 from ..faults import check_scenario_faults
 from ..spec.clients import ClientConfigError, apply_overrides, environment_overrides
@@ -61,7 +61,7 @@ class ResolvedScenario:
     environment's extra client settings (`environment_overrides`) applied. `scenario_hash` is the
     history's "same configuration": overrides included, not one draw of a random schedule nor the
     environment's settings (those are the system under test changing). `cluster_key` is what makes two
-    runs' clusters the same (`cluster.reuse.cluster_key`): runs with equal keys may share one.
+    runs' clusters the same (`cluster.reuse.config_key` of `cluster_config`): runs with equal keys may share one.
     """
 
     scenario: Scenario
@@ -80,7 +80,7 @@ class ResolvedScenario:
         return self.overrides.bootstrap
 
     def cluster_config(self, name: str) -> ClusterConfig:
-        """The cluster this run asks for, named `name`."""
+        """The cluster this run asks for, named `name` (the environment's overrides in it already)."""
         return cluster_config(self.scenario.data, name, self.scenario.directory)
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,4 +117,6 @@ def resolve(scenario: Scenario, overrides: Overrides = Overrides()) -> ResolvedS
     # What runs includes the environment's extra settings; the hash (history's "same configuration")
     # does not: they are the system under test changing, which is what history is there to catch.
     running = Scenario(drawn.name, drawn.path, apply_overrides(drawn.data, environment))
-    return ResolvedScenario(running, overrides, overridden.hash(), cluster_key(running), environment)
+    unkeyed = ResolvedScenario(running, overrides, overridden.hash(), "", environment)
+    # keyed by the cluster it resolved to: the environment is not applied a second time
+    return dataclasses.replace(unkeyed, cluster_key=config_key(unkeyed.cluster_config("-")))

@@ -1,10 +1,14 @@
 """Where kafkaproof keeps its caches and state (overridable with environment variables), and where it
-finds its data directories (the scenario catalog, the Spark job, the expectations, ...)."""
+finds its data directories (the scenario catalog, the Spark job, the expectations, ...), and the one
+way to lock a file across processes (`file_lock`)."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from .errors import InstallError
 
@@ -78,3 +82,29 @@ def write_text_atomic(path: Path, text: str, private: bool = False) -> Path:
         tmp.write(text)
     os.replace(tmp.name, path)
     return path
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, every_user: bool = False) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` while the block runs, waiting for whoever holds it (another
+    process, or another `file_lock` of the same file in this one). The file and its directory are created
+    when missing; the lock goes when the block ends, also on an exception.
+
+    With `every_user` the lock is one all users of the host share (in a directory like /tmp): the file
+    is made writable by everyone and a symbolic link in its place is refused (OSError), never followed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDWR | os.O_CREAT | (os.O_NOFOLLOW if every_user else 0)
+    fd = os.open(path, flags, 0o666)
+    try:
+        if every_user:
+            with contextlib.suppress(PermissionError):  # another user's file: already 0666
+                os.fchmod(fd, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

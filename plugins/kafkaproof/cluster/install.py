@@ -7,7 +7,6 @@ Kafka is not in PyPI or Debian. We resolve `org.apache.kafka:kafka_2.13` and
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InstallError
-from ..paths import cache_dir
+from ..paths import cache_dir, file_lock
 from ..spec.versions import DEFAULT_KAFKA_VERSION, check_version
 
 log = logging.getLogger(__name__)
@@ -158,9 +157,7 @@ def ensure_kafka(version: str | None = None) -> KafkaDistribution:
     done = libs.parent / ".complete"
     if done.exists():
         return KafkaDistribution(version=version, libs=libs, source="maven")
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(libs.parent / ".lock"):
         if not done.exists():
             _maven_install(version, libs)
             done.write_text(version + "\n")

@@ -10,17 +10,16 @@ JSON file per owner at `<state>/processes/<owner>.json`, with pid **and** kernel
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import signal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from . import process
 from ..errors import FaultError
-from ..paths import state_dir, write_text_atomic
+from ..paths import file_lock, state_dir, write_text_atomic
 from .process import ProcessRef
 
 log = logging.getLogger(__name__)
@@ -34,17 +33,6 @@ def _path(owner: str) -> Path:
     if not owner or "/" in owner or owner.startswith("."):
         raise ValueError(f"bad process owner name {owner!r}")
     return registry_dir() / f"{owner}.json"
-
-
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    registry_dir().mkdir(parents=True, exist_ok=True)
-    with open(registry_dir() / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -61,7 +49,7 @@ def _save(path: Path, entry: dict[str, Any]) -> None:
 def register(owner: str, role: str, ref: ProcessRef, cluster: str | None = None,
              command: list[str] | None = None) -> None:
     """Record a process of `owner` (e.g. a run id) before it is relied on; `cluster` it runs against, if any."""
-    with _locked():
+    with file_lock(registry_dir() / ".lock"):
         path = _path(owner)
         entry = _load(path) or {"owner": owner, "cluster": cluster, "holder": os.getpid(),
                                 "holder_start_ticks": process.start_ticks(os.getpid()), "processes": []}
@@ -73,7 +61,7 @@ def register(owner: str, role: str, ref: ProcessRef, cluster: str | None = None,
 
 def unregister(owner: str) -> None:
     """Forget an owner whose processes have all ended (its normal clean-up ran)."""
-    with _locked():
+    with file_lock(registry_dir() / ".lock"):
         with contextlib.suppress(FileNotFoundError):
             _path(owner).unlink()
 

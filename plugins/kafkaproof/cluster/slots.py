@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import ClusterError
+from ..paths import file_lock
 from . import state
 
 log = logging.getLogger(__name__)
@@ -61,14 +61,8 @@ def locked() -> Iterator[Path]:
     """The registry's host-wide lock (the directory is yielded): hold it from choosing a slot until the
     cluster's state file names it."""
     d = _ensure_dir(registry_dir())
-    fd = os.open(d / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-    try:
-        with contextlib.suppress(PermissionError):
-            os.fchmod(fd, 0o666)  # every user's allocations take it
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with file_lock(d / ".lock", every_user=True):  # every user's allocations take it
         yield d
-    finally:
-        os.close(fd)
 
 
 def _claim_path(d: Path, slot: int) -> Path:

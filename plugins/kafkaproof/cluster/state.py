@@ -13,7 +13,6 @@ this version does not know is kept as it was (`extra`) and written back.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 from dataclasses import dataclass, field, fields
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..errors import ClusterError, ClusterNotRunning
-from ..paths import state_dir, write_text_atomic
+from ..paths import file_lock, state_dir, write_text_atomic
 from ..spec.cluster import NodeLink, check_cluster_name
 from .process import ProcessRef
 
@@ -329,14 +328,8 @@ def remove_state(name: str) -> int | None:
 @contextlib.contextmanager
 def locked(name: str) -> Iterator[None]:
     """Exclusive lock on one cluster's state across processes."""
-    d = cluster_dir(name)
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with file_lock(cluster_dir(name) / ".lock"):
+        yield
 
 
 @contextlib.contextmanager

@@ -20,8 +20,8 @@ from typing import Mapping
 
 from ..cluster import install
 from ..errors import InstallError
-from ..paths import cache_dir, share_dir
-from .maven import locked, run_maven, tree_hash
+from ..paths import cache_dir, file_lock, share_dir
+from .maven import run_maven, tree_hash
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def build(force: bool = False) -> dict[str, Path]:
     jars = _jars(home)
     if all(j.exists() for j in jars.values()) and not force:
         return jars
-    with locked(app_cache_dir() / ".lock"):
+    with file_lock(app_cache_dir() / ".lock"):
         if all(j.exists() for j in jars.values()) and not force:
             return jars
         log.info("building the example application (sources %s) into %s", digest, home)

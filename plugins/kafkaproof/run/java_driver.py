@@ -28,10 +28,9 @@ import pyarrow.csv as pacsv
 
 from ..cluster import install
 from ..errors import InstallError, KafkaproofError
-from ..paths import cache_dir, share_dir, write_text_atomic
+from ..paths import cache_dir, file_lock, share_dir, write_text_atomic
 from ..spec import ledger
 from ..spec.versions import DEFAULT_KAFKA_VERSION, check_version
-from .maven import locked as _locked
 from .maven import run_maven as _run_maven
 from .maven import tree_hash
 
@@ -124,7 +123,7 @@ def build(force: bool = False) -> Path:
     jar = home / JAR_NAME
     if jar.exists() and not force:
         return jar
-    with _locked(driver_dir() / ".lock"):
+    with file_lock(driver_dir() / ".lock"):
         if jar.exists() and not force:
             return jar
         log.info("building the Java driver (sources %s) into %s", digest, home)
@@ -194,7 +193,7 @@ def client_classpath(version: str) -> list[Path]:
     dest = cache_dir() / "kafka-clients" / version
     done = dest / ".complete"
     if not done.exists():
-        with _locked(cache_dir() / "kafka-clients" / f".{version}.lock"):
+        with file_lock(cache_dir() / "kafka-clients" / f".{version}.lock"):
             if not done.exists():
                 log.info("resolving kafka-clients %s from Maven Central into %s", version, dest)
                 _resolve_clients(version, dest)

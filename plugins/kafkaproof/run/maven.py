@@ -2,27 +2,15 @@
 at a time per cache entry (a file lock), offline first, online (Maven Central) when that fails."""
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import InstallError
 
 log = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the file `path` (created with its directory) while the block runs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
 
 
 def mvn() -> str:

@@ -529,3 +529,40 @@ def check_application_host(section: ApplicationSection, where: str) -> None:
         elif shutil.which(program, path=service.env.get("PATH")) is None:
             raise ScenarioError(f"{at}.command[0]: {program!r} is not found on PATH; give a command on PATH or a "
                                 f"path to it (relative to cwd)")
+
+
+_STR = {"type": "string"}
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+# The section's part of the scenario JSON Schema (spec.scenario.SCHEMA, scenarios/scenario.schema.json): its
+# fields and types for editors and the first check; `parse_application` checks the rest (names, placeholders,
+# references between fields) with messages naming the field.
+SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["services", "drive", "identity"],
+    "description": "your own services under test, driven by HTTP (docs/application.md); validated, not run yet",
+    "properties": {
+        "services": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["name", "command", "ready"],
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{SERVICE_NAME.pattern}$"},
+                "command": {"type": "array", "minItems": 1, "items": _STR,
+                            "description": "argv; {port}, {instance}, {bootstrap}, {topic}, {group}, {run_id}"},
+                "cwd": {"type": "string", "description": "relative to the scenario file's directory"},
+                "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+                "instances": {"type": "integer", "minimum": 1, "maximum": MAX_INSTANCES},
+                "ready": {"type": "object", "minProperties": 1, "maxProperties": 1,
+                          "properties": {"http": _STR, "log": _STR}, "additionalProperties": False,
+                          "description": "http: a URL answering 2xx; log: a regex a line of its output matches"},
+                "ready_timeout_s": _POSITIVE}}},
+        "drive": {"type": "object", "additionalProperties": False, "required": ["request", "rate"],
+                  "description": "one HTTP request per event, open loop",
+                  "properties": {"service": {"type": "string", "description": "whose instance-0 {port} the URL uses"},
+                                 "request": {"type": "object", "description": "url, method, headers, body"},
+                                 "rate": _POSITIVE, "messages": {"type": "integer", "minimum": 1},
+                                 "duration_s": _POSITIVE, "timeout_s": _POSITIVE}},
+        "identity": {"type": "object", "description": "how an event is recognised in a record: one of "
+                                                      + ", ".join(IDENTITY_KINDS)},
+        "processed": {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
+                      "description": "what the consumer side processed: one of " + ", ".join(PROCESSED_SOURCES),
+                      "properties": {k: {"type": "object"} for k in PROCESSED_SOURCES}},
+    },
+}

@@ -318,3 +318,10 @@ def test_overrides_and_random_schedules_use_the_drive():
     drawn = s.with_random_schedule()
     # the drive's 1000 messages at 50/s last 20 s (the producers' defaults, 10 s, play no part)
     assert 10 < max(f["at"] for f in drawn.data["faults"]) <= 1000 / 50
+
+
+def test_the_documented_example_is_a_valid_section():
+    text = (Path(__file__).resolve().parents[3] / "docs" / "application.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    app = parse(yaml.safe_load(block)["application"], Path("/repo/scenarios"))
+    assert [s.cwd for s in app.services] == ["/repo/examples/signup-app"] * 2 and app.drive.service == "signup-service"

@@ -254,8 +254,8 @@ def parse_request(data: Any, where: str, url_placeholders: tuple[str, ...] = ())
 # --- the scenario's `application` section ------------------------------------------------------------
 # What a service's command, env and readiness URL may use (run/services.py substitutes them per instance).
 SERVICE_PLACEHOLDERS = RUN_PLACEHOLDERS + ("instance", "port")
-# A command or env value may carry shell variables (`${HOME}` for `sh -c`): only `{name}` not after `$`
-# is a placeholder there, and only those are checked.
+# A command or env value may carry shell variables (`${HOME}` for `sh -c`): a `{name}` after `$` is not
+# checked (run/services.py still substitutes it when it is one of SERVICE_PLACEHOLDERS).
 SERVICE_PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 MAX_INSTANCES = 8

@@ -28,7 +28,7 @@ from ..paths import state_dir
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster.heal import now
 from ..cluster.reuse import reuse_record
-from ..errors import KafkaproofError
+from ..errors import KafkaproofError, ScenarioError
 from ..faults import FaultInjector
 from ..spec import ledger
 from ..spec.clients import effective_clients, producer_settings
@@ -161,6 +161,7 @@ class ScenarioRun:
         status, error = "complete", None
         deadline = time.monotonic() + self.scenario.data["timeout_s"]
         try:
+            self._refuse_application()
             with contextlib.ExitStack() as stack:
                 self._provision(stack)
                 self._experiment(stack, deadline)
@@ -189,6 +190,14 @@ class ScenarioRun:
         log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
                  f" ({error})" if error else "", self.run_dir)
         return RunResult(self.run_id, self.run_dir, status, error)
+
+    def _refuse_application(self) -> None:
+        """A scenario's application section is checked when it is loaded, but runs do not start its
+        services or drive them yet: refused before anything starts."""
+        if self.scenario.data.get("application"):
+            raise ScenarioError(f"{self.scenario.path}: application: application scenarios are validated but not "
+                                f"run yet (issue 39): kafkaproof does not start the services or drive them; "
+                                f"run scenarios with producers for now")
 
     def _provision(self, stack: contextlib.ExitStack) -> None:
         """Get the cluster the run uses, refusing faults its backend cannot inject before anything starts."""

@@ -1,6 +1,7 @@
-"""Building blocks of a user's application under test (issue 39): identity, outcomes, request templates.
+"""A user's application under test (issue 39): identity, outcomes, request templates, the scenario's section.
 
-Not wired into scenarios yet: the scenario format does not accept an `application` section.
+Scenarios accept an `application` section (`parse_application`, checked when a scenario is loaded); runs
+do not drive it yet.
 
 - `Identity` says how kafkaproof recognises an event in a Kafka record: a JSON pointer into the
   value, a record header, the key, or a regular expression with one group. `Identity.read` never
@@ -11,17 +12,23 @@ Not wired into scenarios yet: the scenario format does not accept an `applicatio
   `indefinite` (a timeout or a connection broken after the request was sent: it may have been taken).
 - `RequestTemplate` is one HTTP request per event, with `{id}`, `{seq}` and the run's `{bootstrap}`,
   `{topic}`, `{group}`, `{run_id}` substituted in its URL, header values and body.
+- `parse_application` reads a scenario's `application` section (its services, how to drive them, the
+  identity of an event, how to see what was processed) into an `ApplicationSection`;
+  `check_application_host` checks that what it names exists on this host (cwd, commands).
 
-Pure: no I/O.
+Pure: no I/O, except `check_application_host` (it looks at the filesystem and PATH).
 """
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
+import shutil
 import socket
 import urllib.error
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ScenarioError
@@ -194,20 +201,36 @@ class RequestTemplate:
         return RequestTemplate(self.method, fill(self.url), {k: fill(v) for k, v in self.headers.items()},
                                fill(self.body))
 
+    def fill(self, values: Mapping[str, str]) -> RequestTemplate:
+        """Pure: the template with the placeholders named in `values` substituted (e.g. `{"port": "8080"}`,
+        known once the services run), the others kept for `render`."""
+        def sub(text: str) -> str:
+            return fill_placeholders(text, values)
+        return RequestTemplate(self.method, sub(self.url), {k: sub(v) for k, v in self.headers.items()},
+                               sub(self.body))
 
-def _template(text: Any, field_name: str) -> str:
+
+def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
+    """Pure: `text` with each `{name}` found in `values` substituted; other `{...}` kept as written."""
+    return PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), text)
+
+
+def _template(text: Any, field_name: str, allowed: tuple[str, ...] = PLACEHOLDERS,
+              pattern: re.Pattern = PLACEHOLDER) -> str:
     if not isinstance(text, str):
         raise ScenarioError(f"{field_name}: must be a string; got {text!r}")
-    unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(text)} - set(PLACEHOLDERS))
+    unknown = sorted({m.group(1) for m in pattern.finditer(text)} - set(allowed))
     if unknown:
         raise ScenarioError(f"{field_name}: unknown placeholder {{{unknown[0]}}}; allowed: "
-                            + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
+                            + ", ".join(f"{{{p}}}" for p in allowed))
     return text
 
 
-def parse_request(data: Any, where: str) -> RequestTemplate:
+def parse_request(data: Any, where: str, url_placeholders: tuple[str, ...] = ()) -> RequestTemplate:
     """The request section at `where`: url (required), method (default POST), headers (name: value),
-    body (default empty); every template checked for unknown placeholders, ScenarioError naming the field."""
+    body (default empty); every template checked for unknown placeholders, ScenarioError naming the field.
+    `url_placeholders`: more placeholders the URL may use (`port`: the application's wiring fills it in
+    with `RequestTemplate.fill` before the run renders each request)."""
     if not isinstance(data, Mapping):
         raise ScenarioError(f"{where}: must be a mapping with url, and optionally method, headers, body")
     extra = sorted(set(data) - {"url", "method", "headers", "body"})
@@ -215,7 +238,7 @@ def parse_request(data: Any, where: str) -> RequestTemplate:
         raise ScenarioError(f"{where}.{extra[0]}: not a request field; allowed: url, method, headers, body")
     if "url" not in data:
         raise ScenarioError(f"{where}.url: required, e.g. http://127.0.0.1:8080/signups")
-    url = _template(data["url"], f"{where}.url")
+    url = _template(data["url"], f"{where}.url", PLACEHOLDERS + url_placeholders)
     if not url.startswith(("http://", "https://")):
         raise ScenarioError(f"{where}.url: {url!r} must start with http:// or https://")
     method = str(data.get("method", "POST")).upper()
@@ -226,3 +249,320 @@ def parse_request(data: Any, where: str) -> RequestTemplate:
         raise ScenarioError(f"{where}.headers: must be a mapping of header name to value")
     checked = {str(k): _template(v, f"{where}.headers.{k}") for k, v in headers.items()}
     return RequestTemplate(method, url, checked, _template(data.get("body", ""), f"{where}.body"))
+
+
+# --- the scenario's `application` section ------------------------------------------------------------
+# What a service's command, env and readiness URL may use (run/services.py substitutes them per instance).
+SERVICE_PLACEHOLDERS = RUN_PLACEHOLDERS + ("instance", "port")
+# A command or env value may carry shell variables (`${HOME}` for `sh -c`): a `{name}` after `$` is not
+# checked (run/services.py still substitutes it when it is one of SERVICE_PLACEHOLDERS).
+SERVICE_PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+MAX_INSTANCES = 8
+DEFAULT_READY_TIMEOUT_S = 60.0
+DEFAULT_DRIVE_TIMEOUT_S = 5.0
+DEFAULT_POLL_S = 1.0
+READY_FORMS = ("http", "log")
+PROCESSED_SOURCES = ("http", "topic", "postgres")
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+APPLICATION_FIELDS = ("services", "drive", "identity", "processed")
+SERVICE_FIELDS = ("name", "command", "cwd", "env", "instances", "ready", "ready_timeout_s")
+DRIVE_FIELDS = ("service", "request", "rate", "messages", "duration_s", "timeout_s")
+PROCESSED_FIELDS = {"http": ("url", "service", "poll_s", "pointer"), "topic": ("name", "identity"),
+                    "postgres": ("dsn", "query")}
+
+
+@dataclass(frozen=True)
+class ServiceSection:
+    """One service of the application: its command line (`argv`, placeholders not yet substituted), its
+    working directory (absolute), extra environment, instance count and exactly one readiness check."""
+    name: str
+    argv: tuple[str, ...]
+    cwd: str | None
+    env: Mapping[str, str]
+    instances: int
+    ready_url: str | None
+    ready_log: str | None
+    ready_timeout_s: float
+
+
+@dataclass(frozen=True)
+class DriveSection:
+    """How kafkaproof sends events: one `request` per event at `rate` per second, open loop, at most
+    `messages` and/or for `duration_s`. `service` ("" when none): the service whose instance-0 port the
+    URL's `{port}` is."""
+    service: str
+    request: RequestTemplate
+    rate: float
+    messages: int | None
+    duration_s: float | None
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ProcessedSection:
+    """How kafkaproof sees what the consumer side processed: `source` is http, topic or postgres, with its fields."""
+    source: str
+    url: str | None = None
+    service: str | None = None
+    poll_s: float = DEFAULT_POLL_S
+    pointer: str = ""
+    topic: str | None = None
+    identity: Identity | None = None
+    dsn: str | None = None
+    query: str | None = None
+
+
+@dataclass(frozen=True)
+class ApplicationSection:
+    """A scenario's `application` section, checked and with its defaults filled in."""
+    services: tuple[ServiceSection, ...]
+    drive: DriveSection
+    identity: Identity
+    processed: ProcessedSection | None
+
+    def service(self, name: str) -> ServiceSection:
+        """The service called `name`; KeyError when there is none."""
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def targets(self) -> tuple[str, ...]:
+        """Pure: the fault targets the application offers: `app:<service>` and `app:<service>:<i>`."""
+        return tuple(t for s in self.services
+                     for t in (f"app:{s.name}", *(f"app:{s.name}:{i}" for i in range(s.instances))))
+
+
+def _mapping(data: Any, where: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> Mapping:
+    """`data` as a mapping with only `allowed` keys and every `required` one; ScenarioError naming the field."""
+    if not isinstance(data, Mapping):
+        raise ScenarioError(f"{where}: must be a mapping with {', '.join(allowed)}; got {data!r}")
+    extra = sorted(str(k) for k in set(data) - set(allowed))
+    if extra:
+        raise ScenarioError(f"{where}.{extra[0]}: not a field here; allowed: {', '.join(allowed)}")
+    for name in required:
+        if name not in data:
+            raise ScenarioError(f"{where}.{name}: required")
+    return data
+
+
+def _number(data: Mapping, name: str, where: str, default: float | None = None, integer: bool = False,
+            minimum: float = 0, maximum: float | None = None, inclusive: bool = False) -> Any:
+    """`data[name]` as a number above `minimum` (or at it, `inclusive`) and at most `maximum`; `default` when absent."""
+    value = data.get(name, default)
+    if value is None and name not in data:
+        return None
+    types = (int,) if integer else (int, float)
+    valid = isinstance(value, types) and not isinstance(value, bool)
+    if not valid or not (value >= minimum if inclusive else value > minimum) or \
+            (maximum is not None and value > maximum):
+        kind = "an integer" if integer else "a number"
+        low = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        bounds = f"{minimum:g}..{maximum:g}" if maximum is not None and inclusive else low
+        raise ScenarioError(f"{where}.{name}: must be {kind} {bounds}; got {value!r}")
+    return value if integer else float(value)
+
+
+def _url(text: Any, field_name: str, allowed: tuple[str, ...], pattern: re.Pattern = PLACEHOLDER) -> str:
+    url = _template(text, field_name, allowed, pattern)
+    if not url.startswith(("http://", "https://")):
+        raise ScenarioError(f"{field_name}: {url!r} must start with http:// or https://")
+    return url
+
+
+def _absolute(cwd: str, base_dir: Path | None) -> str:
+    """Pure path arithmetic: `cwd` against the scenario's directory (the current one without it)."""
+    return os.path.normpath(os.path.join(os.path.abspath(base_dir if base_dir is not None else "."),
+                                         os.path.expanduser(cwd)))
+
+
+def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSection:
+    data = _mapping(data, where, SERVICE_FIELDS, ("name", "command", "ready"))
+    name = data["name"]
+    if not isinstance(name, str) or not SERVICE_NAME.fullmatch(name):
+        raise ScenarioError(f"{where}.name: {name!r} is not a service name; allowed: lowercase letters, digits "
+                            f"and '-', starting with a letter or digit, at most 63 characters")
+    command = data["command"]
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+        raise ScenarioError(f"{where}.command: must be a non-empty list of non-empty strings (quote numbers), "
+                            f"e.g. [java, -jar, app.jar]; got {command!r}")
+    argv = tuple(_template(a, f"{where}.command[{i}]", SERVICE_PLACEHOLDERS, SERVICE_PLACEHOLDER)
+                 for i, a in enumerate(command))
+    cwd = data.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not cwd):
+        raise ScenarioError(f"{where}.cwd: must be a directory path (relative to the scenario file); got {cwd!r}")
+    env = data.get("env") or {}
+    if not isinstance(env, Mapping):
+        raise ScenarioError(f"{where}.env: must be a mapping of variable name to value")
+    checked_env: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or "=" in key:
+            raise ScenarioError(f"{where}.env: {key!r} is not an environment variable name")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ScenarioError(f"{where}.env.{key}: must be a string or a number (quote true/false); got {value!r}")
+        checked_env[key] = _template(str(value), f"{where}.env.{key}", SERVICE_PLACEHOLDERS, SERVICE_PLACEHOLDER)
+    instances = _number(data, "instances", where, 1, integer=True, minimum=1, maximum=MAX_INSTANCES, inclusive=True)
+    ready = data["ready"]
+    if not isinstance(ready, Mapping) or len(ready) != 1 or next(iter(ready)) not in READY_FORMS:
+        raise ScenarioError(f"{where}.ready: must be a mapping with exactly one of {', '.join(READY_FORMS)}, e.g. "
+                            f"{{http: \"http://127.0.0.1:{{port}}/actuator/health\"}} or {{log: \"Started .* in\"}}; "
+                            f"got {ready!r}")
+    ready_url = ready_log = None
+    if "http" in ready:
+        ready_url = _url(ready["http"], f"{where}.ready.http", SERVICE_PLACEHOLDERS)
+    else:
+        ready_log = ready["log"]
+        if not isinstance(ready_log, str) or not ready_log:
+            raise ScenarioError(f"{where}.ready.log: must be a non-empty regular expression; got {ready_log!r}")
+        try:
+            re.compile(ready_log)
+        except re.error as e:
+            raise ScenarioError(f"{where}.ready.log: {ready_log!r} is not a regular expression: {e}") from None
+    return ServiceSection(name, argv, _absolute(cwd, base_dir) if cwd is not None else None, checked_env, instances,
+                          ready_url, ready_log, _number(data, "ready_timeout_s", where, DEFAULT_READY_TIMEOUT_S))
+
+
+def _service_ref(data: Mapping, where: str, names: tuple[str, ...]) -> str:
+    """The service `data["service"]` names ("" when none); ScenarioError when it is not declared."""
+    service = data.get("service", "")
+    if service != "" and service not in names:
+        raise ScenarioError(f"{where}.service: {service!r} is not a service of application.services; "
+                            f"allowed: {', '.join(names)}")
+    return service
+
+
+def _refuse_port_without_service(url: Any, where: str, service: str, service_field: str) -> None:
+    if not service and isinstance(url, str) and any(m.group(1) == "port" for m in PLACEHOLDER.finditer(url)):
+        field_name = service_field.split(": ", 1)[-1]  # without the file `where` starts with
+        raise ScenarioError(f"{where}: {{port}} needs {field_name}, the service whose instance-0 port it is; "
+                            f"without it, write the port")
+
+
+def _parse_drive(data: Any, where: str, names: tuple[str, ...]) -> DriveSection:
+    data = _mapping(data, where, DRIVE_FIELDS, ("request", "rate"))
+    service = _service_ref(data, where, names)
+    request = data["request"]
+    if isinstance(request, Mapping):
+        _refuse_port_without_service(request.get("url"), f"{where}.request.url", service, f"{where}.service")
+    template = parse_request(request, f"{where}.request", ("port",) if service else ())
+    if "messages" not in data and "duration_s" not in data:
+        raise ScenarioError(f"{where}: give messages or duration_s (or both): the drive is always bounded")
+    return DriveSection(service, template, _number(data, "rate", where),
+                        _number(data, "messages", where, integer=True, minimum=1, inclusive=True),
+                        _number(data, "duration_s", where),
+                        _number(data, "timeout_s", where, DEFAULT_DRIVE_TIMEOUT_S))
+
+
+def _parse_processed(data: Any, where: str, names: tuple[str, ...], identity: Identity) -> ProcessedSection:
+    if not isinstance(data, Mapping) or len(data) != 1 or next(iter(data)) not in PROCESSED_SOURCES:
+        raise ScenarioError(f"{where}: must be a mapping with exactly one of {', '.join(PROCESSED_SOURCES)}; "
+                            f"got {data!r}")
+    source, section = next(iter(data.items()))
+    at = f"{where}.{source}"
+    if source == "http":
+        section = _mapping(section, at, PROCESSED_FIELDS["http"], ("url",))
+        service = _service_ref(section, at, names)
+        _refuse_port_without_service(section["url"], f"{at}.url", service, f"{at}.service")
+        url = _url(section["url"], f"{at}.url", RUN_PLACEHOLDERS + (("port",) if service else ()))
+        pointer = section.get("pointer", "")
+        try:
+            pointer_tokens(pointer if isinstance(pointer, str) else None)
+        except (ValueError, AttributeError, TypeError):
+            raise ScenarioError(f"{at}.pointer: {pointer!r} is not an RFC 6901 JSON pointer (\"\" is the whole "
+                                f"answer, /ids a field)") from None
+        return ProcessedSection("http", url=url, service=service or None,
+                                poll_s=_number(section, "poll_s", at, DEFAULT_POLL_S), pointer=pointer)
+    if source == "topic":
+        section = _mapping(section, at, PROCESSED_FIELDS["topic"], ("name",))
+        name = section["name"]
+        if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name):
+            raise ScenarioError(f"{at}.name: {name!r} is not a topic name; allowed: 1 to 249 of letters, digits, "
+                                f"'.', '_', '-'")
+        own = parse_identity(section["identity"], f"{at}.identity") if "identity" in section else identity
+        return ProcessedSection("topic", topic=name, identity=own)
+    section = _mapping(section, at, PROCESSED_FIELDS["postgres"], ("dsn", "query"))
+    for key in ("dsn", "query"):
+        if not isinstance(section[key], str) or not section[key].strip():
+            raise ScenarioError(f"{at}.{key}: must be a non-empty string; got {section[key]!r}")
+    return ProcessedSection("postgres", dsn=section["dsn"], query=section["query"])
+
+
+def parse_application(data: Any, where: str, base_dir: Path | None) -> ApplicationSection:
+    """The `application` section at `where` (e.g. "s.yaml: application"), its defaults filled in; relative
+    `cwd`s resolved against `base_dir`, the scenario file's directory (the current one when None).
+    Pure (no filesystem look-up: `check_application_host` does that); ScenarioError naming the field and
+    what is allowed."""
+    data = _mapping(data, where, APPLICATION_FIELDS, ("services", "drive", "identity"))
+    listed = data["services"]
+    if not isinstance(listed, list) or not listed:
+        raise ScenarioError(f"{where}.services: must be a non-empty list of services; got {listed!r}")
+    services = tuple(_parse_service(s, f"{where}.services[{i}]", base_dir) for i, s in enumerate(listed))
+    names = tuple(s.name for s in services)
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ScenarioError(f"{where}.services[{i}].name: {name!r} is already the name of "
+                                f"services[{names.index(name)}]; service names must be unique")
+    identity = parse_identity(data["identity"], f"{where}.identity")
+    processed = data.get("processed")
+    return ApplicationSection(services, _parse_drive(data["drive"], f"{where}.drive", names), identity,
+                              None if processed is None else
+                              _parse_processed(processed, f"{where}.processed", names, identity))
+
+
+def check_application_host(section: ApplicationSection, where: str) -> None:
+    """What the services need on this host: each `cwd` an existing directory, each command an executable
+    (command[0] with a '/' relative to the cwd, else found on PATH, the service's own `env` PATH if it sets
+    one); a command[0] with a placeholder is left to the run. ScenarioError naming the field otherwise."""
+    for i, service in enumerate(section.services):
+        at = f"{where}.services[{i}]"
+        if service.cwd is not None and not os.path.isdir(service.cwd):
+            raise ScenarioError(f"{at}.cwd: {service.cwd} is not a directory (a relative cwd starts at the "
+                                f"scenario file's directory)")
+        program = service.argv[0]
+        if PLACEHOLDER.search(program):
+            continue
+        if "/" in program:
+            path = os.path.join(service.cwd or os.getcwd(), os.path.expanduser(program))
+            if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+                raise ScenarioError(f"{at}.command[0]: {program!r} is not an executable file ({path})")
+        elif shutil.which(program, path=service.env.get("PATH")) is None:
+            raise ScenarioError(f"{at}.command[0]: {program!r} is not found on PATH; give a command on PATH or a "
+                                f"path to it (relative to cwd)")
+
+
+_STR = {"type": "string"}
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+# The section's part of the scenario JSON Schema (spec.scenario.SCHEMA, scenarios/scenario.schema.json): its
+# fields and types for editors and the first check; `parse_application` checks the rest (names, placeholders,
+# references between fields) with messages naming the field.
+SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["services", "drive", "identity"],
+    "description": "your own services under test, driven by HTTP (docs/application.md); validated, not run yet",
+    "properties": {
+        "services": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["name", "command", "ready"],
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{SERVICE_NAME.pattern}$"},
+                "command": {"type": "array", "minItems": 1, "items": _STR,
+                            "description": "argv; {port}, {instance}, {bootstrap}, {topic}, {group}, {run_id}"},
+                "cwd": {"type": "string", "description": "relative to the scenario file's directory"},
+                "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+                "instances": {"type": "integer", "minimum": 1, "maximum": MAX_INSTANCES},
+                "ready": {"type": "object", "minProperties": 1, "maxProperties": 1,
+                          "properties": {"http": _STR, "log": _STR}, "additionalProperties": False,
+                          "description": "http: a URL answering 2xx; log: a regex a line of its output matches"},
+                "ready_timeout_s": _POSITIVE}}},
+        "drive": {"type": "object", "additionalProperties": False, "required": ["request", "rate"],
+                  "description": "one HTTP request per event, open loop",
+                  "properties": {"service": {"type": "string", "description": "whose instance-0 {port} the URL uses"},
+                                 "request": {"type": "object", "description": "url, method, headers, body"},
+                                 "rate": _POSITIVE, "messages": {"type": "integer", "minimum": 1},
+                                 "duration_s": _POSITIVE, "timeout_s": _POSITIVE}},
+        "identity": {"type": "object", "description": "how an event is recognised in a record: one of "
+                                                      + ", ".join(IDENTITY_KINDS)},
+        "processed": {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
+                      "description": "what the consumer side processed: one of " + ", ".join(PROCESSED_SOURCES),
+                      "properties": {k: {"type": "object"} for k in PROCESSED_SOURCES}},
+    },
+}

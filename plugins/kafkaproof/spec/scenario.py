@@ -16,11 +16,13 @@ from typing import Any
 import yaml
 
 from .anomalies import EXPECTABLE
+from . import application as app_section
+from .application import ApplicationSection, check_application_host, parse_application
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
 from . import random_faults
-from .fault_families import CONSUMER, kinds_needing
+from .fault_families import CONSUMER, family_of, kinds_needing
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
@@ -48,7 +50,9 @@ SCHEMA: dict[str, Any] = {
     "title": "kafkaproof scenario",
     "type": "object",
     "additionalProperties": False,
-    "required": ["name", "guarantee", "producers"],
+    "required": ["name", "guarantee"],
+    # kafkaproof's producers, or the application's own (it produces; `producers` is then refused)
+    "anyOf": [{"required": ["producers"]}, {"required": ["application"]}],
     "properties": {
         "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$",
                  "description": "unique scenario name (lowercase letters, digits, '-', '_')"},
@@ -132,6 +136,7 @@ SCHEMA: dict[str, Any] = {
                                                                          "in the log between markers); purge: aborted "
                                                                          "while still queued, so they are never sent"}}},
             }},
+        "application": app_section.SCHEMA,
         "consumers": {
             "type": "object", "additionalProperties": False,
             "properties": {
@@ -308,6 +313,13 @@ class Scenario:
         return [dict(c) for c in self.data.get("exercised") or []]
 
     @property
+    def application(self) -> ApplicationSection | None:
+        """The application under test (issue 39), checked and with its defaults; None without one. Relative
+        `cwd`s start at the scenario file's directory. Pure: the host checks ran when the file was loaded."""
+        section = self.data.get("application")
+        return parse_application(section, f"{self.path}: application", self.directory) if section else None
+
+    @property
     def random_faults(self) -> dict[str, Any] | None:
         """The random schedule spec (`faults: {random: ...}`), None for a timeline."""
         return self.data.get("random_faults")
@@ -325,7 +337,9 @@ class Scenario:
         brokers, controllers = data["cluster"]["brokers"], data["cluster"]["controllers"]
         broker_ids = list(range(1, brokers + 1)) if known_nodes else []
         node_ids = broker_ids + list(range(101, 101 + controllers)) if known_nodes else []
-        data["faults"] = random_faults.draw_schedule(spec, seed, random_faults.workload_horizon_s(data["producers"]),
+        # the application's drive has the producers' rate, messages and duration_s
+        workload = (data.get("application") or {}).get("drive") or data["producers"]
+        data["faults"] = random_faults.draw_schedule(spec, seed, random_faults.workload_horizon_s(workload),
                                                      node_ids, broker_ids)
         data["random_faults"] = {**spec, "seed": seed, "drawn": True}
         drawn = Scenario(self.name, self.path, data)
@@ -368,8 +382,9 @@ class Scenario:
                                 f"cluster only; the existing cluster at {bootstrap} has the brokers it has")
         data = copy.deepcopy(self.data)
         if messages is not None:
-            data["producers"]["messages"] = messages
-            data["producers"].pop("duration_s", None)
+            workload = data["application"]["drive"] if data.get("application") else data["producers"]
+            workload["messages"] = messages
+            workload.pop("duration_s", None)
         if kafka_version is not None:
             data["cluster"]["kafka_version"] = check_version(kafka_version)
         if upgrade_to is not None:
@@ -435,13 +450,18 @@ def _schema_message(error) -> str:
         return f"unknown field(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
     if error.validator == "enum":
         return f"{error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+    if error.validator == "anyOf" and not error.absolute_path:
+        return ("'producers' is required (kafkaproof's producers), unless the scenario has an `application` "
+                "section (the application produces)")
     if error.validator == "oneOf" and _field_path(error) == "expect":
         return f"{error.instance!r} is not allowed; write `pass` or `{{detect: [anomaly, ...]}}` with anomalies from: {', '.join(ANOMALIES)}"
     return error.message
 
 
-def validate_document(doc: Any, source: str) -> dict[str, Any]:
-    """Validate a parsed scenario document; returns it resolved with defaults. Raises ScenarioError."""
+def validate_document(doc: Any, source: str, base_dir: Path | None = None) -> dict[str, Any]:
+    """Validate a parsed scenario document; returns it resolved with defaults. Raises ScenarioError.
+    `base_dir`: the scenario file's directory, where an application's relative `cwd`s start (the current
+    directory when None); the application's commands and directories are looked up on this host."""
     import jsonschema
     if not isinstance(doc, dict):
         raise ScenarioError(f"{source}: a scenario must be a YAML mapping, got {type(doc).__name__}")
@@ -458,7 +478,13 @@ def validate_document(doc: Any, source: str) -> dict[str, Any]:
     if errors:
         lines = [f"{source}: {_field_path(e)}: {_schema_message(e)}" for e in errors[:10]]
         raise ScenarioError("invalid scenario\n  " + "\n  ".join(lines))
+    if "application" in doc and "producers" in doc:
+        raise ScenarioError(f"{source}: producers: an application scenario's events come from the application "
+                            f"(application.drive); kafkaproof's own producers alongside it are not supported: "
+                            f"remove producers")
     data = _merge(DEFAULTS, doc)
+    if "application" in doc:
+        data["producers"]["count"] = 0  # the application produces; kafkaproof runs none of its own
     if random_spec is not None:
         data["random_faults"] = random_spec["random"]
     given_producers = doc.get("producers", {})
@@ -466,6 +492,9 @@ def validate_document(doc: Any, source: str) -> dict[str, Any]:
         data["producers"].pop("messages")  # a duration replaces the default message count
     data["topic"].setdefault("name", f"kp-{data['name']}")
     _check_semantics(data, source)
+    if data.get("application"):
+        where = f"{source}: application"
+        check_application_host(parse_application(data["application"], where, base_dir), where)
     return data
 
 
@@ -509,6 +538,8 @@ def _check_semantics(data: dict, source: str) -> None:
         parse_acks(prod["config"].get("acks"))
     except ClientConfigError as e:
         fail("producers.config.acks", str(e))
+    application = parse_application(data["application"], f"{source}: application", None) \
+        if data.get("application") else None
     cons = data["consumers"]
     if cons["count"] and cons["mode"] == "subscribe":
         cons.setdefault("group", f"kp-{data['name']}")
@@ -536,6 +567,9 @@ def _check_semantics(data: dict, source: str) -> None:
             idx = target.split(":", 1)[1]
             if not idx.isdigit() or int(idx) >= cons["count"]:
                 fail(f"{where}.target", f"{target!r}: consumers are consumer:0..consumer:{cons['count'] - 1}")
+            continue
+        if target.startswith(APP_TARGET_PREFIX):
+            _check_app_fault(f, where, application, fail)
             continue
         try:
             FaultSpec(f["kind"], target, f.get("params", {})).validate(where)
@@ -568,6 +602,32 @@ def _check_semantics(data: dict, source: str) -> None:
         _check_exercise(cond, f"exercised[{i}]", data, fail)
     if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
+
+
+APP_TARGET_PREFIX = "app:"
+
+
+def _check_app_fault(fault: dict, where: str, application: ApplicationSection | None, fail) -> None:
+    """A fault on the application (`app:<service>`, `app:<service>:<i>`): a declared service and instance, a
+    kind of the fault family whose targets start with `app:` (spec.fault_families), its parameters."""
+    target = fault["target"]
+    if application is None:
+        fail(f"{where}.target", f"{target!r}: app: targets need an application section (the services to fault)")
+    allowed = application.targets()
+    if target not in allowed:
+        fail(f"{where}.target", f"{target!r} is not a service or instance of the application; allowed: "
+                                f"{', '.join(allowed)}")
+    try:
+        family = family_of(fault["kind"], target)
+    except FaultError as e:
+        fail(f"{where}.kind", str(e))
+    if family.target_prefix != APP_TARGET_PREFIX:
+        fail(f"{where}.kind", f"{fault['kind']!r} on {target!r}: no fault family acts on the application's "
+                              f"services in this kafkaproof (issue 39's app faults)")
+    params = family.kinds[fault["kind"]]
+    for name in fault.get("params") or {}:
+        if name not in params:
+            fail(f"{where}.params.{name}", f"not a parameter of {fault['kind']}; allowed: {', '.join(params) or 'none'}")
 
 
 # Node features of the local backend that fault kinds need: the cluster setting, the kinds, and what it does.
@@ -694,7 +754,7 @@ def load(path: str | Path) -> Scenario:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise ScenarioError(f"{path}: not valid YAML: {e}") from None
-    data = validate_document(doc, str(path))
+    data = validate_document(doc, str(path), path.parent)
     return Scenario(name=data["name"], path=str(path), data=data)
 
 

@@ -1,9 +1,11 @@
 """Application faults on real local processes: a fleet of tiny HTTP servers (no Kafka) killed, stopped, paused
-and restarted through `AppHandler`, with the fault log's inject and heal rows as the evidence."""
+and restarted through `AppHandler`, with the fault log's inject and heal rows as the evidence; and a run's
+timeline routing `app:` faults to it."""
 from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -11,7 +13,9 @@ import pytest
 from kafkaproof.errors import ApplicationError, FaultError
 from kafkaproof.faults import AppHandler
 from kafkaproof.run.services import ServiceFleet, ServiceSpec
+from kafkaproof.run.timeline import Timeline
 from kafkaproof.spec.faults import FaultSpec
+from kafkaproof.spec.scenario import TimelineFault
 
 pytestmark = pytest.mark.unit
 
@@ -126,3 +130,42 @@ def test_an_app_fault_without_services_or_on_a_missing_instance_is_a_clear_error
     with pytest.raises(FaultError, match="app:db: no such service instance"):
         AppHandler(fleet).inject(FaultSpec("kill", "app:db"), log)
     assert not log.exists()
+
+
+class Run:
+    """What the timeline asks of a run: its entries, fault log and errors."""
+
+    def __init__(self, entries: list[TimelineFault], fault_log):
+        self.entries, self.fault_log, self.fault_errors = entries, fault_log, []
+        self.scenario = self
+
+    def timeline(self) -> list[TimelineFault]:
+        return self.entries
+
+
+def run_timeline(run: Run, services) -> None:
+    timeline = Timeline(run, injector=None, workers=None, t0=time.monotonic(), services=services)
+    timeline.start()
+    deadline = time.monotonic() + 10
+    while not timeline.finished() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    timeline.heal_everything()
+
+
+def test_the_run_routes_app_faults_to_its_services_and_heals_one_without_a_duration_at_once(fleet, tmp_path):
+    run = Run([TimelineFault(0.0, FaultSpec("kill", "app:web:0"), 0.2, 0),
+               TimelineFault(0.1, FaultSpec("pause", "app:web:1"), None, 1)], tmp_path / "faults.jsonl")
+    run_timeline(run, fleet)
+    assert run.fault_errors == []
+    logged = rows(run.fault_log)
+    assert sorted(r["target"] for r in logged if r["event"] == "inject") == ["app:web:0", "app:web:1"]
+    assert {r["target"]: r.get("app_restarted") or r.get("app_resumed") for r in logged if r["event"] == "heal"} == {
+        "app:web:0": {"web:0": True}, "app:web:1": {"web:1": True}}
+    assert answers(fleet, 0) and answers(fleet, 1)
+
+
+def test_an_app_fault_in_a_run_without_services_is_an_error_of_the_run(tmp_path):
+    run = Run([TimelineFault(0.0, FaultSpec("kill", "app:web"), 0.2, 3)], tmp_path / "faults.jsonl")
+    run_timeline(run, None)
+    assert run.fault_errors == ["faults[3] (kill app:web at 0s for 0.2s): kill app:web: this run starts no "
+                                "application services; app: faults need the scenario's `application` section"]

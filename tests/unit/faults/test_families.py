@@ -204,3 +204,12 @@ def test_a_handlers_injection_records_its_familys_evidence_and_undo_steps(spec):
     assert set(done.heal) <= set(handler.family.undo)
     handler.heal(cluster, done.heal)
     assert cluster.states[1] == "running"
+
+
+def test_the_cli_lists_the_families_with_targets_of_their_own_from_the_registry(capsys):
+    from kafkaproof import cli
+    assert cli.main(["fault", "list", "--kinds"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "in scenarios, on consumer:<index>: kill, stop, pause" in lines
+    assert ("in scenarios, on app:<service>, app:<service>:<instance>: kill, stop (params: timeout_s?), pause, "
+            "restart") in lines

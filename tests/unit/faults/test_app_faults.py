@@ -10,11 +10,12 @@ import urllib.request
 
 import pytest
 
-from kafkaproof.errors import ApplicationError, FaultError
+from kafkaproof.errors import ApplicationError, FaultError, KafkaproofError
 from kafkaproof.faults import AppHandler
+from kafkaproof.run.scenario_run import ScenarioRun
 from kafkaproof.run.services import ServiceFleet, ServiceSpec
 from kafkaproof.run.timeline import Timeline
-from kafkaproof.spec.faults import FaultSpec
+from kafkaproof.spec.faults import PROXY_KINDS, FaultSpec
 from kafkaproof.spec.scenario import TimelineFault
 
 pytestmark = pytest.mark.unit
@@ -169,3 +170,13 @@ def test_an_app_fault_in_a_run_without_services_is_an_error_of_the_run(tmp_path)
     run_timeline(run, None)
     assert run.fault_errors == ["faults[3] (kill app:web at 0s for 0.2s): kill app:web: this run starts no "
                                 "application services; app: faults need the scenario's `application` section"]
+
+
+def test_an_existing_cluster_takes_app_faults_but_not_node_faults():
+    entries = [TimelineFault(1.0, FaultSpec("kill", "app:web"), None, 0),
+               TimelineFault(2.0, FaultSpec("pause", "consumer:0"), None, 1)]
+    run = Run(entries, None)
+    ScenarioRun._refuse_unsupported(run, frozenset(PROXY_KINDS), "external")
+    run.entries.append(TimelineFault(3.0, FaultSpec("kill", "node:1"), None, 2))
+    with pytest.raises(KafkaproofError, match="faults kill need the local cluster backend"):
+        ScenarioRun._refuse_unsupported(run, frozenset(PROXY_KINDS), "external")

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from kafkaproof.errors import ApplicationError, FaultError, KafkaproofError
-from kafkaproof.faults import AppHandler
+from kafkaproof.faults import AppHandler, FaultInjector
 from kafkaproof.run.scenario_run import ScenarioRun
 from kafkaproof.run.services import ServiceFleet, ServiceSpec
 from kafkaproof.run.timeline import Timeline
@@ -180,3 +180,10 @@ def test_an_existing_cluster_takes_app_faults_but_not_node_faults():
     run.entries.append(TimelineFault(3.0, FaultSpec("kill", "node:1"), None, 2))
     with pytest.raises(KafkaproofError, match="faults kill need the local cluster backend"):
         ScenarioRun._refuse_unsupported(run, frozenset(PROXY_KINDS), "external")
+
+
+@pytest.mark.parametrize("target", ["app:web", "consumer:0"])
+def test_a_cluster_refuses_faults_on_a_runs_own_processes(target, tmp_path):
+    cluster = type("Cluster", (), {"name": "kp-test", "supported_faults": frozenset({"kill"})})()
+    with pytest.raises(FaultError, match=f"kill {target}: .* faults act on a scenario run's own processes"):
+        FaultInjector(cluster).inject(FaultSpec("kill", target))

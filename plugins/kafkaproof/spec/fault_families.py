@@ -241,7 +241,8 @@ DISK = FamilySpec(
 CONSUMER = FamilySpec("consumer", {"kill": {}, "stop": {}, "pause": {}},
                       effect_fields=("consumer_state",), heal_fields=("consumer_restarted",),
                       target_prefix="consumer:", target_forms=("consumer:<index>",),
-                      target_re=re.compile(r"^consumer:\d+$"), actions={"kill": "SIGKILL", "stop": "SIGTERM", "pause": "SIGSTOP"})
+                      target_re=re.compile(r"^consumer:\d+$"),
+                      actions={"kill": "SIGKILL", "stop": "SIGTERM", "pause": "SIGSTOP"})
 
 # An instance of the application's services (issue 39, docs/application.md): `app:<service>` is every
 # instance of a service of the scenario's `application`, `app:<service>:<i>` one. Killed (SIGKILL), stopped

@@ -3,7 +3,8 @@
 One module per family (process, network, proxy, rolling, clock, disk, consumer, app), each a handler that owns
 its kinds' checks past the spec's, inject, heal and "took effect" evidence (the `effect` record and the heal
 record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
-the consumer and app handlers (it owns the consumer processes and the application's services). README "Development" says how to add a family.
+the consumer and app handlers (it owns the consumer processes and the application's services). README
+"Development" says how to add a family.
 """
 from __future__ import annotations
 

@@ -171,13 +171,19 @@ def cmd_fault_heal(args) -> int:
 
 def cmd_fault_list(args) -> int:
     from .cluster import attach
+    from .spec.fault_families import FAMILIES
     from .spec.faults import FAULT_KINDS, FAULT_PARAMS, PARTITION_SHAPES, TARGET_FORMS
     if args.kinds:
+        def named(params) -> str:
+            return ", ".join(f"{p}{'' if req else '?'}" for p, (_, req) in params.items())
         for kind in FAULT_KINDS:
-            params = ", ".join(f"{p}{'' if req else '?'}" for p, (_, req) in FAULT_PARAMS[kind].items())
-            print(f"{kind:<16} params: {params or '-'}")
+            print(f"{kind:<16} params: {named(FAULT_PARAMS[kind]) or '-'}")
         print("targets: " + ", ".join(TARGET_FORMS))
         print("partition shapes: " + ", ".join(PARTITION_SHAPES) + ", or explicit groups [[1],[2,3]]")
+        for family in FAMILIES.values():  # those on the run's own processes: in scenarios only
+            if family.target_prefix:
+                kinds = ", ".join(k + (f" (params: {named(p)})" if p else "") for k, p in family.kinds.items())
+                print(f"in scenarios, on {', '.join(family.target_forms)}: {kinds}")
         return 0
     faults = attach(args.name).active_faults()
     if args.json:

@@ -93,6 +93,28 @@ def consumer_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, An
                      f"; {'restarted' if restarted else 'not restarted' if restarted is False else 'restart not recorded'}"))
 
 
+def app_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: an application fault took effect when every instance it targeted was in the state it causes (dead;
+    paused; running again after a restart) and, as far as its heal record says, came back: started again and
+    ready after a kill or stop, resumed after a pause. A restart needs its record that each came back ready."""
+    states = effect.get("app_states") or {}
+    if not states:
+        return False, "no instance state was recorded after the injection"
+    want = "paused" if kind == "pause" else "running" if kind == "restart" else "dead"
+    back = effect.get("app_resumed" if kind == "pause" else "app_restarted")
+    word = "resumed" if kind == "pause" else "restarted"
+    if kind == "restart" and not back:
+        return False, "no restart was recorded"
+
+    def came_back(instance: str) -> str:
+        if back is None or instance not in back:
+            return f"{word} not recorded"
+        return word if back[instance] else f"NOT {word}"
+
+    held = all(v == want for v in states.values()) and all((back or {}).get(i) is not False for i in states)
+    return held, "; ".join(f"{i} {state}, {came_back(i)}" for i, state in sorted(states.items()))
+
+
 def process_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
     """Pure: a restart took effect when every node runs a new process; a kill, stop or pause when every node
     was dead (paused) afterwards."""
@@ -160,6 +182,7 @@ FAMILY_JUDGES = {
     "clock": lambda kind, fault, effect: clock_effect(json.loads(fault.get("params") or "{}"), effect),
     "disk": disk_effect,
     "consumer": consumer_effect,
+    "app": app_effect,
 }
 
 

@@ -28,6 +28,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
              "target_prefix": ""},
     "consumer": {"kinds": ["kill", "stop", "pause"], "steps": [], "effect_fields": ["consumer_state"],
                  "heal_fields": ["consumer_restarted"], "target_prefix": "consumer:"},
+    "app": {"kinds": ["kill", "stop", "pause", "restart"], "steps": [], "effect_fields": ["app_states"],
+            "heal_fields": ["app_restarted", "app_resumed"], "target_prefix": "app:"},
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from ..cluster.backend import ClusterBackend
 from ..cluster.heal import append_fault_log, cluster_fault_log, heal_recorded, now
 from ..errors import FaultError
+from ..spec.fault_families import family_of
 from ..spec.faults import TARGET_FORMS, FaultSpec
 from .checks import check_fault
 from .families import handler_for
@@ -133,6 +134,10 @@ class FaultInjector:
         (packets its nft rules dropped, what its token buckets delayed, how often its proxy rule fired).
         """
         check_fault(spec)
+        family = family_of(spec.kind, spec.target)
+        if family.target_prefix:  # consumer:, app: act on processes a scenario run owns, not on the cluster
+            raise FaultError(f"{spec.kind} {spec.target}: {family.name} faults act on a scenario run's own processes; "
+                             f"give them in a scenario's faults")
         if spec.kind not in self.cluster.supported_faults:
             raise FaultError(self.cluster.unsupported_reason(spec.kind))
         handler = handler_for(spec.kind)

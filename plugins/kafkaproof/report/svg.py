@@ -7,7 +7,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from ..spec.fault_families import FAMILIES
+from ..errors import FaultError
+from ..spec.fault_families import NODE_FAMILIES, family_of
 from .data import RunData
 from .kit import VERDICT_COLORS, Markup, esc, fmt_int, fmt_ms, fmt_num, fmt_t, join, tag, void
 from .shaping import (Change, ConsumerMark, FaultWindow, Segment, TrendPoint, anomaly_times, cluster_changes,
@@ -20,8 +21,19 @@ MAX_PARTITION_LANES = 12
 MAX_CONSUMER_LANES = 6
 
 
-# Each fault kind's colour on the timeline, as its family says (spec/fault_families.py); others grey.
-FAULT_COLORS: dict[str, str] = {kind: color for family in FAMILIES.values() for kind, color in family.colors.items()}
+# Each node fault kind's colour on the timeline, as its family says (spec/fault_families.py); others grey.
+FAULT_COLORS: dict[str, str] = {kind: color for family in NODE_FAMILIES for kind, color in family.colors.items()}
+GREY = "#888888"
+
+
+def fault_color(kind: str, target: str) -> str:
+    """A fault's colour on the timeline: its family's (found by kind and target, as families share kinds: `kill`
+    of `app:web` is not `kill` of `node:1`), else the node kind's of that name, else grey."""
+    try:
+        own = family_of(kind, target).colors.get(kind)
+    except FaultError:  # a step kind (roll_node) or a kind this kafkaproof does not know
+        own = None
+    return own or FAULT_COLORS.get(kind, GREY)
 
 
 @dataclass
@@ -202,7 +214,7 @@ def fault_bands(faults: Sequence[FaultWindow], x: Linear, top: float, bottom: fl
                 end_s: float) -> Markup:
     out = []
     for f, row in zip(faults, rows):
-        color = FAULT_COLORS.get(f.kind, "#888888")
+        color = fault_color(f.kind, f.target)
         x0, x1 = x(f.start_s), x(f.end_s if f.end_s is not None else end_s)
         tip = (f"{f.label} from {fmt_t(f.start_s)} to {fmt_t(f.end_s) if f.end_s is not None else 'never healed'}"
                f"{' ' + f.params if f.params and f.params != '{}' else ''} ({f.fault_id})")

@@ -34,6 +34,7 @@ from ..spec import ledger
 from ..spec.clients import effective_clients, producer_settings
 from ..spec.client_versions import to_manifest
 from ..spec.connection import redacted
+from ..spec.fault_families import family_of
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .resolved import ResolvedScenario
@@ -245,13 +246,15 @@ class ScenarioRun:
 
     def _refuse_unsupported(self, supported: frozenset[str], backend: str) -> None:
         """The timeline's faults the backend cannot inject, refused before anything starts."""
-        kinds = {t.spec.kind for t in self.scenario.timeline() if not t.on_consumer}
+        # consumer: and app: faults are the run's, on its own processes: any backend takes them
+        kinds = {t.spec.kind for t in self.scenario.timeline()
+                 if not family_of(t.spec.kind, t.spec.target).target_prefix}
         refused = unsupported_faults(kinds, supported)
         if not refused:
             return
         if backend == "external":
             raise KafkaproofError(f"faults {', '.join(refused)} need the local cluster backend; on an existing "
-                                  f"cluster (--bootstrap) only proxy faults and consumer faults apply")
+                                  f"cluster (--bootstrap) only proxy, consumer and app faults apply")
         raise KafkaproofError(f"faults {', '.join(refused)} are not supported by the {backend} cluster backend here "
                               f"(network faults need root: network namespaces and nftables)")
 

@@ -219,17 +219,29 @@ class ServiceFleet:
 
     def pid(self, name: str, i: int) -> int | None:
         """The pid of an instance's process while it runs, else None."""
-        inst = self._instance(name, i)
-        if inst.popen is None:
-            return None
-        inst.popen.poll()
-        return inst.ref.pid if process.state_of(inst.ref) != "dead" else None
+        return self._instance(name, i).ref.pid if self.state(name, i) != "dead" else None
 
     def kill(self, name: str, i: int) -> None:
         """SIGKILL one instance (its whole process group) and wait until it is gone."""
         inst = self._instance(name, i)
         if inst.signal_group(signal.SIGKILL):
             inst.wait_gone(5.0)
+
+    def state(self, name: str, i: int) -> str:
+        """An instance's process now: 'running', 'paused' or 'dead'."""
+        inst = self._instance(name, i)
+        if inst.popen is None:
+            return "dead"
+        inst.popen.poll()
+        return process.state_of(inst.ref)
+
+    def terminate(self, name: str, i: int, timeout_s: float = 30.0) -> bool:
+        """SIGTERM one instance's group (SIGCONT first, so a paused one can act on it) and wait up to `timeout_s`
+        until it is gone; whether it is (one that ignores SIGTERM is left running)."""
+        inst = self._instance(name, i)
+        if inst.signal_group(signal.SIGCONT):
+            inst.signal_group(signal.SIGTERM)
+        return inst.wait_gone(timeout_s)
 
     def stop(self, name: str, i: int) -> None:
         """Pause one instance (SIGSTOP to its process group); returns once it is paused."""

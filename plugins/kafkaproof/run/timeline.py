@@ -7,9 +7,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KafkaproofError
-from ..faults import ConsumerHandler, FaultInjector
+from ..faults import AppHandler, ConsumerHandler, FaultInjector
+from ..spec.fault_families import APP, CONSUMER
 from ..spec.scenario import TimelineFault
 from .control import POLL_S, RunControl
+from .services import ServiceFleet
 from .workers import WorkerEvents, Workers
 
 if TYPE_CHECKING:
@@ -35,16 +37,21 @@ class Timeline:
     faults: an entry is injected when its task asks (its trigger still awaited here, where the
     workers are) and healed when the task asks again; a request that never comes is an error of
     the run, and what is still injected is healed when the workload ends, as always.
+
+    Faults on the run's own processes (`consumer:<i>`, and `app:<service>` on its `services`, a
+    `ServiceFleet`; None when the scenario has no application) are the run's handlers', not the injector's.
     """
 
     def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float,
-                 events: WorkerEvents | None = None, control: RunControl | None = None):
+                 events: WorkerEvents | None = None, control: RunControl | None = None,
+                 services: ServiceFleet | None = None):
         self.run, self.injector, self.workers, self.t0, self.events = run, injector, workers, t0, events
         self.control = control
         self.entries = run.scenario.timeline()
         self.fault_ids: dict[int, str] = {}  # entry position -> fault id, once injected
         self.active: dict[str, str] = {}
-        self.consumer_faults = ConsumerHandler(workers)
+        # Target prefix -> the handler of the family the run injects itself (it owns those processes).
+        self.run_faults = {CONSUMER.target_prefix: ConsumerHandler(workers), APP.target_prefix: AppHandler(services)}
         self.healed: set[int] = set()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -91,8 +98,8 @@ class Timeline:
                                               {"error": "not injected: see the run's log"}))
         if injected is None:
             return
-        if entry.duration is not None or entry.on_consumer:
-            # A consumer fault without a duration restarts the consumer at once.
+        if entry.duration is not None or self._run_handler(entry) is not None:
+            # A consumer or app fault without a duration starts (resumes) the process again at once.
             healed_at = injected["at_s"] + (entry.duration or 0.0)
             if self.control is None or entry.duration is None:
                 self._stop.wait(max(0.0, self.t0 + healed_at - time.monotonic()))
@@ -171,8 +178,9 @@ class Timeline:
         """Inject an entry; its fault id, the nodes its target resolved to and when (seconds after t0),
         or None when it could not be injected (an error of the run)."""
         try:
-            if entry.on_consumer:
-                fid, nodes = self.consumer_faults.inject(entry.spec, self.run.fault_log, annotations), []
+            handler = self._run_handler(entry)
+            if handler is not None:
+                fid, nodes = handler.inject(entry.spec, self.run.fault_log, annotations), []
             else:
                 fault = self.injector.inject(entry.spec, annotations)
                 fid, nodes = fault.fault_id, list(fault.nodes)
@@ -186,6 +194,10 @@ class Timeline:
             self.active[fid] = f"{entry.spec.kind} {entry.spec.target or entry.spec.params.get('groups')}"
         return {"fault_id": fid, "nodes": nodes, "at_s": round(time.monotonic() - self.t0, 3)}
 
+    def _run_handler(self, entry: TimelineFault) -> ConsumerHandler | AppHandler | None:
+        """The run's handler of the entry's fault (a consumer or app fault), or None (the injector's)."""
+        return next((h for prefix, h in self.run_faults.items() if entry.spec.target.startswith(prefix)), None)
+
     def _heal_position(self, pos: int) -> None:
         with self._lock:
             if pos in self.healed or pos not in self.fault_ids:
@@ -196,8 +208,9 @@ class Timeline:
 
     def _heal(self, fid: str) -> None:
         try:
-            if fid in self.consumer_faults.active:
-                self.consumer_faults.heal(fid, self.run.fault_log)
+            handler = next((h for h in self.run_faults.values() if fid in h.active), None)
+            if handler is not None:
+                handler.heal(fid, self.run.fault_log)
             else:
                 self.injector.heal(fid)
         except (KafkaproofError, OSError) as e:
@@ -211,8 +224,9 @@ class Timeline:
         self.stop()
         for pos in list(self.fault_ids):
             self._heal_position(pos)
-        for fid in list(self.consumer_faults.active):
-            self._heal(fid)
+        for handler in self.run_faults.values():
+            for fid in list(handler.active):
+                self._heal(fid)
         if self.injector is not None:
             for fid in list(self.injector.injected):
                 self._heal(fid)

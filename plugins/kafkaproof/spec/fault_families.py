@@ -36,7 +36,8 @@ class FamilySpec:
     effect from them; a step's heal record says how the step went). `undo`: the keys of its heal recipe
     (the mechanisms `cluster.heal` undoes, also after a crash). `steps`: kinds of the fault log rows a
     fault of the family writes for its steps (not injectable). `target_prefix`: the family's faults target
-    that (`consumer:`) instead of nodes. `needs`: the cluster option its kinds need (`proxy`, `clock`,
+    that (`consumer:`) instead of nodes; `target_forms` says the forms and `target_re` checks them (a prefixed
+    family's; nodes' targets are `TARGET_FORMS`). `needs`: the cluster option its kinds need (`proxy`, `clock`,
     `disk`). `actions`: each kind's action (a proxy or diskfs rule's, a consumer's signal). `check`: value
     checks past types. `colors`: what the report's timeline draws each kind in (others grey).
     """
@@ -48,6 +49,8 @@ class FamilySpec:
     undo: tuple[str, ...] = ()
     steps: tuple[str, ...] = ()
     target_prefix: str = ""
+    target_forms: tuple[str, ...] = ()
+    target_re: re.Pattern[str] | None = None
     needs: str = ""
     targetless: tuple[str, ...] = ()  # kinds whose target is implied by their parameters
     default_target: str = ""  # what a left-out target means
@@ -157,6 +160,22 @@ def check_disk_params(params: Mapping[str, Any], where: str) -> None:
         raise FaultError(f"{where}.params.path: {params['path']!r} must stay inside the log directory (no '..')")
 
 
+# --- app -----------------------------------------------------------------------------------------
+def _check_app(params: Mapping[str, Any], where: str) -> None:
+    if params.get("timeout_s", 1) <= 0:
+        raise FaultError(f"{where}.params.timeout_s: must be > 0 (seconds a stopped instance has to exit)")
+
+
+def app_target(target: str) -> tuple[str, int | None]:
+    """Pure: the service and instance (None: every instance) an `app:` target names; FaultError otherwise."""
+    match = APP.target_re.match(target)
+    if match is None:
+        raise FaultError(f"{target!r} is not an application target; allowed forms: {', '.join(APP.target_forms)} "
+                         f"(a service name is lowercase letters, digits and '-')")
+    instance = match.group("instance")
+    return match.group("service"), None if instance is None else int(instance)
+
+
 # --- the registry --------------------------------------------------------------------------------
 PROCESS = FamilySpec(
     "process",
@@ -221,10 +240,28 @@ DISK = FamilySpec(
 # at heal. Injected by the run (it owns the consumer processes), not on the cluster.
 CONSUMER = FamilySpec("consumer", {"kill": {}, "stop": {}, "pause": {}},
                       effect_fields=("consumer_state",), heal_fields=("consumer_restarted",),
-                      target_prefix="consumer:", actions={"kill": "SIGKILL", "stop": "SIGTERM", "pause": "SIGSTOP"})
+                      target_prefix="consumer:", target_forms=("consumer:<index>",),
+                      target_re=re.compile(r"^consumer:\d+$"),
+                      actions={"kill": "SIGKILL", "stop": "SIGTERM", "pause": "SIGSTOP"})
+
+# An instance of the application's services (issue 39, docs/application.md): `app:<service>` is every
+# instance of a service of the scenario's `application`, `app:<service>:<i>` one. Killed (SIGKILL), stopped
+# (SIGTERM, waited for up to `timeout_s`), paused (SIGSTOP), or restarted at once (killed and started again on
+# the same port); the heal starts a killed or stopped instance again and waits until it is ready, or resumes
+# a paused one. Injected by the run (it owns the services' fleet), not on the cluster. The form is checked
+# here; the scenario checks the names against its services.
+APP_SERVICE_NAME = r"[a-z0-9][a-z0-9-]*"
+APP = FamilySpec(
+    "app", {"kill": {}, "stop": {"timeout_s": (_NUM, False)}, "pause": {}, "restart": {}},
+    effect_fields=("app_states",), heal_fields=("app_restarted", "app_resumed"),
+    target_prefix="app:", target_forms=("app:<service>", "app:<service>:<instance>"),
+    target_re=re.compile(rf"^app:(?P<service>{APP_SERVICE_NAME})(?::(?P<instance>\d+))?$"),
+    actions={"kill": "SIGKILL", "stop": "SIGTERM", "pause": "SIGSTOP", "restart": "SIGKILL"},
+    check=lambda kind, params, where: _check_app(params, where),
+    colors={"kill": "#a50f15", "stop": "#c51b8a", "pause": "#6a51a3", "restart": "#636363"})
 
 # The registry, in the order kinds are listed (CLI, schema, random draws).
-FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (PROCESS, NETWORK, PROXY, ROLLING, CLOCK, DISK, CONSUMER)}
+FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (PROCESS, NETWORK, PROXY, ROLLING, CLOCK, DISK, CONSUMER, APP)}
 # The families injected on cluster nodes (the others have a target prefix of their own).
 NODE_FAMILIES = tuple(f for f in FAMILIES.values() if not f.target_prefix)
 

@@ -48,16 +48,25 @@ class FaultSpec:
     def validate(self, where: str = "fault") -> "FaultSpec":
         """Check kind, target form and parameters; raises FaultError naming `where` and what is allowed.
 
+        A target of a family with a prefix of its own (`consumer:<i>`, `app:<service>`) is checked for its form
+        only: the scenario knows which consumers and services exist.
+
         A proxy fault's rule is checked further by the proxy's own parser (faults.check_fault).
         """
-        if self.kind not in FAULT_KINDS:
-            raise FaultError(f"{where}.kind: unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
-        if self.kind in TARGETLESS:
+        try:
+            family = family_of(self.kind, self.target)
+        except FaultError as e:
+            raise FaultError(f"{where}.kind: {e}") from None
+        if family.target_re is not None:  # a family with targets of its own (`consumer:<i>`, `app:<service>`)
+            if not family.target_re.match(self.target):
+                raise FaultError(f"{where}.target: {self.target!r} is not a target of {family.name} faults; "
+                                 f"allowed forms: {', '.join(family.target_forms)}")
+        elif self.kind in TARGETLESS:
             if self.target:
                 raise FaultError(f"{where}.target: {self.kind} takes no target; give params.groups")
         elif not TARGET_RE.match(self.resolved_target):
             raise FaultError(f"{where}.target: {self.target!r} is not a target; allowed forms: {', '.join(TARGET_FORMS)}")
-        allowed = FAULT_PARAMS[self.kind]
+        allowed = family.kinds[self.kind]
         for name in self.params:
             if name not in allowed:
                 raise FaultError(f"{where}.params.{name}: not a parameter of {self.kind}; "
@@ -70,7 +79,6 @@ class FaultSpec:
             value = self.params[name]
             if isinstance(value, bool) and typ is not bool or not isinstance(value, typ):
                 raise FaultError(f"{where}.params.{name}: expected {_typename(typ)}, got {value!r}")
-        family = family_of(self.kind)
         if family.check is not None:
             family.check(self.kind, self.params, where)
         return self

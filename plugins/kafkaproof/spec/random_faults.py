@@ -13,8 +13,11 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Mapping, Sequence
 
+from .fault_families import FAMILIES
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS
 
+# Targets of the families on the run's own processes (consumer:, app:), which random schedules do not draw.
+RUN_TARGET_PREFIXES = tuple(f.target_prefix for f in FAMILIES.values() if f.target_prefix)
 DRAWABLE_KINDS = tuple(k for k in FAULT_KINDS if k not in ROLLING_KINDS)
 DEFAULT_TARGETS = ("random",)
 DEFAULT_MAX_FAULTS = 100
@@ -59,8 +62,9 @@ def check_spec(spec: Mapping[str, Any], where: str, check_fault: Callable[[str, 
         fail(f"{where}.until_s", f"{spec['until_s']} is not after start_s ({spec.get('start_s', 2.0)})")
     for i, k in enumerate(spec["kinds"]):
         for target in k.get("targets") or spec.get("targets") or DEFAULT_TARGETS:
-            if target.startswith("consumer:"):
-                fail(f"{where}.kinds[{i}].targets", f"{target!r}: random schedules target the cluster, not consumers")
+            if any(target.startswith(p) for p in RUN_TARGET_PREFIXES):
+                fail(f"{where}.kinds[{i}].targets", f"{target!r}: random schedules target the cluster, not the run's "
+                                                    f"consumers or application services")
             check_fault(k["kind"], target, k.get("params") or {}, f"{where}.kinds[{i}]")
 
 

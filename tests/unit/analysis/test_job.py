@@ -140,10 +140,25 @@ def _fault(kind, target="node:1", **effect):
     (_fault("kill", target="consumer:0", consumer_state="dead", consumer_restarted=True), True),
     (_fault("kill", target="consumer:0", consumer_state="dead", consumer_restarted=False), False),
     (_fault("pause", target="consumer:0", consumer_state="paused"), True),
+    (_fault("kill", target="app:web", app_states={"web:0": "dead", "web:1": "dead"},
+            app_restarted={"web:0": True, "web:1": True}), True),
+    (_fault("kill", target="app:web", app_states={"web:0": "dead", "web:1": "running"}), False),
+    (_fault("stop", target="app:web:0", app_states={"web:0": "dead"}, app_restarted={"web:0": False}), False),
+    (_fault("pause", target="app:web:0", app_states={"web:0": "paused"}, app_resumed={"web:0": True}), True),
+    (_fault("restart", target="app:web:0", app_states={"web:0": "running"}), False),  # no record it came back
+    (_fault("restart", target="app:web:0", app_states={"web:0": "running"}, app_restarted={"web:0": True}), True),
+    (_fault("kill", target="app:web"), False),
     (_fault("explode"), False),
 ])
 def test_each_fault_kind_has_a_check_that_can_fail(fault, held):
     assert job.fault_effect(fault)[0] is held
+
+
+@pytest.mark.unit
+def test_an_app_faults_evidence_names_each_instance():
+    fault = _fault("kill", target="app:web", app_states={"web:0": "dead", "web:1": "dead"},
+                   app_restarted={"web:0": True, "web:1": False})
+    assert job.fault_effect(fault) == (False, "web:0 dead, restarted; web:1 dead, NOT restarted")
 
 
 @pytest.mark.unit

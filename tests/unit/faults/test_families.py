@@ -10,7 +10,7 @@ import pytest
 
 from kafkaproof.cluster import heal
 from kafkaproof.errors import FaultError
-from kafkaproof.faults.families import HANDLERS, ConsumerHandler, handler_for
+from kafkaproof.faults.families import HANDLERS, AppHandler, ConsumerHandler, handler_for
 from kafkaproof.spec import fault_families
 from kafkaproof.spec.cluster import NodeLink
 from kafkaproof.spec.faults import FAULT_KINDS, FaultSpec
@@ -20,10 +20,10 @@ pytestmark = pytest.mark.unit
 FAMILIES = fault_families.FAMILIES
 
 
-def test_every_node_family_has_one_handler_and_the_consumer_family_its_own():
+def test_every_node_family_has_one_handler_and_the_consumer_and_app_families_their_own():
     assert set(HANDLERS) == {f.name for f in fault_families.NODE_FAMILIES}
     assert all(h.family is FAMILIES[name] for name, h in HANDLERS.items())
-    assert ConsumerHandler.family is FAMILIES["consumer"]
+    assert ConsumerHandler.family is FAMILIES["consumer"] and AppHandler.family is FAMILIES["app"]
     assert set(FAULT_KINDS) == {k for f in fault_families.NODE_FAMILIES for k in f.kinds}
     for kind in FAULT_KINDS:
         assert kind in handler_for(kind).family.kinds
@@ -37,6 +37,44 @@ def test_a_family_is_found_by_kind_and_target():
     assert fault_families.family_of("kill", "consumer:0").name == "consumer"
     with pytest.raises(FaultError, match="cannot target consumers"):
         fault_families.family_of("isolate", "consumer:0")
+    assert fault_families.family_of("restart", "app:signup-service").name == "app"
+    assert fault_families.family_of("pause", "app:signup-service:1").name == "app"
+    with pytest.raises(FaultError, match="'isolate' cannot target apps; allowed: kill, stop, pause, restart"):
+        fault_families.family_of("isolate", "app:signup-service")
+
+
+@pytest.mark.parametrize("spec", [
+    FaultSpec("kill", "app:signup-service"), FaultSpec("stop", "app:web:0", {"timeout_s": 5}),
+    FaultSpec("pause", "app:web2:7"), FaultSpec("restart", "app:a"), FaultSpec("kill", "consumer:0"),
+], ids=lambda s: f"{s.kind}-{s.target}")
+def test_targets_of_the_app_and_consumer_families_are_checked_for_their_form(spec):
+    assert spec.validate() is spec
+
+
+@pytest.mark.parametrize("spec, error", [
+    (FaultSpec("kill", "app:"), r"fault.target: 'app:' is not a target of app faults; allowed forms: app:<service>, "
+                                r"app:<service>:<instance>"),
+    (FaultSpec("kill", "app:Signup"), "'app:Signup' is not a target of app faults"),
+    (FaultSpec("kill", "app:-web"), "'app:-web' is not a target of app faults"),
+    (FaultSpec("kill", "app:web:x"), "'app:web:x' is not a target of app faults"),
+    (FaultSpec("kill", "app:web:1:2"), "'app:web:1:2' is not a target of app faults"),
+    (FaultSpec("kill", "consumer:x"), "'consumer:x' is not a target of consumer faults; allowed forms: consumer:<index>"),
+    (FaultSpec("isolate", "app:web"), "fault.kind: 'isolate' cannot target apps"),
+    (FaultSpec("restart", "app:web", {"graceful": True}), "fault.params.graceful: not a parameter of restart; "
+                                                          "allowed: none"),
+    (FaultSpec("stop", "app:web", {"timeout_s": 0}), r"fault.params.timeout_s: must be > 0"),
+    (FaultSpec("stop", "app:web", {"timeout_s": "5"}), r"fault.params.timeout_s: expected int or float"),
+], ids=lambda x: x.target if isinstance(x, FaultSpec) else "")
+def test_app_targets_of_another_form_and_other_kinds_are_refused(spec, error):
+    with pytest.raises(FaultError, match=error):
+        spec.validate()
+
+
+def test_an_app_target_names_a_service_and_maybe_an_instance():
+    assert fault_families.app_target("app:signup-service") == ("signup-service", None)
+    assert fault_families.app_target("app:signup-service:2") == ("signup-service", 2)
+    with pytest.raises(FaultError, match="'app:Web' is not an application target"):
+        fault_families.app_target("app:Web")
 
 
 def test_families_name_only_undo_steps_the_cluster_layer_has_and_consumers_signals():
@@ -44,8 +82,9 @@ def test_families_name_only_undo_steps_the_cluster_layer_has_and_consumers_signa
         assert set(family.undo) <= set(heal.UNDO_STEPS), family.name
         assert set(family.actions) <= set(family.kinds) and set(family.colors) <= set(family.kinds)
         assert set(family.targetless) <= set(family.kinds)
-    assert all(isinstance(getattr(signal, s), signal.Signals) for s in FAMILIES["consumer"].actions.values())
-    assert set(FAMILIES["consumer"].actions) == set(FAMILIES["consumer"].kinds)
+    for name in ("consumer", "app"):  # their actions are the signals they send
+        assert all(isinstance(getattr(signal, s), signal.Signals) for s in FAMILIES[name].actions.values())
+        assert set(FAMILIES[name].actions) == set(FAMILIES[name].kinds)
 
 
 class RecipeCluster:
@@ -165,3 +204,12 @@ def test_a_handlers_injection_records_its_familys_evidence_and_undo_steps(spec):
     assert set(done.heal) <= set(handler.family.undo)
     handler.heal(cluster, done.heal)
     assert cluster.states[1] == "running"
+
+
+def test_the_cli_lists_the_families_with_targets_of_their_own_from_the_registry(capsys):
+    from kafkaproof import cli
+    assert cli.main(["fault", "list", "--kinds"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "in scenarios, on consumer:<index>: kill, stop, pause" in lines
+    assert ("in scenarios, on app:<service>, app:<service>:<instance>: kill, stop (params: timeout_s?), pause, "
+            "restart") in lines

@@ -291,6 +291,15 @@ def test_batch_helpers():
     assert svg.place_labels([(0, 50), (20, 80), (60, 90), (100, 120)]) == [0, 1, 0, 0]
 
 
+@pytest.mark.unit
+def test_a_faults_colour_is_its_familys_found_by_kind_and_target():
+    from kafkaproof.spec.fault_families import APP, PROCESS
+    assert svg.fault_color("kill", "node:1") == PROCESS.colors["kill"] != APP.colors["kill"]
+    assert svg.fault_color("kill", "app:web:0") == APP.colors["kill"]
+    assert svg.fault_color("kill", "consumer:0") == PROCESS.colors["kill"]  # a family without colours: the kind's
+    assert svg.fault_color("roll_node", "node:1") == svg.fault_color("explode", "all") == svg.GREY
+
+
 # --------------------------------------------------------------------------- batch pages
 
 

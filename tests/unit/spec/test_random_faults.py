@@ -65,6 +65,8 @@ def test_a_random_scenario_is_drawn_once_recorded_and_replayed_as_drawn():
     ({"kinds": [{"kind": "packet_loss"}]}, "faults.random.kinds[0].params.percent: required for packet_loss"),
     ({"kinds": [{"kind": "kill", "targets": ["leader:7"]}]}, "partition 7 does not exist"),
     ({"kinds": [{"kind": "kill", "targets": ["consumer:0"]}]}, "random schedules target the cluster"),
+    ({"kinds": [{"kind": "kill", "targets": ["app:web"]}]}, "'app:web': random schedules target the cluster, not the "
+                                                             "run's consumers or application services"),
 ])
 def test_a_random_schedule_that_cannot_run_is_refused_naming_the_field(random, message):
     with pytest.raises(ScenarioError, match=message.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):

@@ -1,13 +1,15 @@
 """The fault families' handlers, registered in one place against the registry of `spec.fault_families`.
 
-One module per family (process, network, proxy, rolling, clock, disk, consumer), each a handler that owns
+One module per family (process, network, proxy, rolling, clock, disk, consumer, app), each a handler that owns
 its kinds' checks past the spec's, inject, heal and "took effect" evidence (the `effect` record and the heal
 record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
-the consumer handler (it owns the consumer processes). README "Development" says how to add a family.
+the consumer and app handlers (it owns the consumer processes and the application's services). README
+"Development" says how to add a family.
 """
 from __future__ import annotations
 
 from ...spec.fault_families import FAMILIES, family_of
+from .app import AppHandler
 from .base import FaultHandler, Injection
 from .clock import ClockHandler
 from .consumer import ConsumerHandler
@@ -17,7 +19,8 @@ from .process import ProcessHandler
 from .proxy import ProxyHandler
 from .rolling import RollingHandler
 
-# Family name -> its handler on cluster nodes (the consumer family's handler is made per run: ConsumerHandler).
+# Family name -> its handler on cluster nodes (the consumer and app families' handlers are made per run:
+# ConsumerHandler, AppHandler).
 HANDLERS: dict[str, FaultHandler] = {h.family.name: h for h in (
     ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler())}
 
@@ -31,4 +34,4 @@ def handler_for(kind: str) -> FaultHandler:
     return HANDLERS[family_of(kind).name]
 
 
-__all__ = ["ConsumerHandler", "FAMILIES", "FaultHandler", "HANDLERS", "Injection", "handler_for"]
+__all__ = ["AppHandler", "ConsumerHandler", "FAMILIES", "FaultHandler", "HANDLERS", "Injection", "handler_for"]

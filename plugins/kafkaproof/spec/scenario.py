@@ -244,10 +244,6 @@ class TimelineFault:
     after: dict[str, Any] | None = None  # trigger: the state to wait for from `at` on
 
     @property
-    def on_consumer(self) -> bool:
-        return self.spec.target.startswith("consumer:")
-
-    @property
     def trigger_timeout_s(self) -> float:
         return float((self.after or {}).get("timeout_s", DEFAULT_TRIGGER_TIMEOUT_S))
 

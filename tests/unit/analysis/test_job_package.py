@@ -4,6 +4,7 @@ families are the registry's (kafkaproof.spec.fault_families), generated into the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -61,6 +62,19 @@ def test_the_zipped_job_reads_its_fault_families_without_kafkaproof():
     out = subprocess.run([sys.executable, "-E", "-S", "-c", probe, str(submit.job_py_files())], check=True,
                          capture_output=True, text=True, timeout=60).stdout
     assert json.loads(out) == fault_families.plain()
+
+
+def test_the_entry_file_prefers_the_zipped_package_to_the_one_beside_it():
+    """As spark-submit runs it (its directory first on the path, the --py-files zip on PYTHONPATH), the driver
+    imports the zip's package, the one with the generated families, and never kafkaproof."""
+    spark = REPO / "spark"
+    probe = (f"import sys, runpy; sys.path.insert(0, {str(spark)!r}); "
+             f"runpy.run_path({str(spark / 'analyze.py')!r}, run_name='probe'); "
+             "import kafkaproof_analysis.families as f; print(f.__file__, 'kafkaproof' in sys.modules)")
+    zipped = submit.job_py_files()
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(zipped)}).stdout.split()
+    assert out == [f"{zipped}/kafkaproof_analysis/families.py", "False"]
 
 
 def test_the_source_trees_job_reads_the_registry():

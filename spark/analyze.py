@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import sys
 
-# Run as a script, Python already looks here first; this covers loading the file otherwise. A driver
-# that got the entry file alone (--deploy-mode cluster) imports the --py-files copy instead.
+# The package beside this file is looked for last: the --py-files copy wins when spark-submit got one
+# (it alone carries the fault families generated from kafkaproof's registry, so the job needs no kafkaproof);
+# without one (a local master, from a checkout or the wheel) the package here is imported. A driver that
+# got the entry file alone (--deploy-mode cluster) imports the --py-files copy.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.append(_HERE)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE] + [_HERE]
 
 from kafkaproof_analysis.job import main  # noqa: E402 - the path above first
 

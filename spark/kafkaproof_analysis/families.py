@@ -1,36 +1,33 @@
 """The fault families as the job needs them: each family's kinds (and step kinds), and the fields of the
 fault log's `effect` and heal record that are its evidence. No pyspark.
 
-A copy of kafkaproof's registry (kafkaproof.spec.fault_families, `plain()`): the job runs without the
-package. tests/unit/analysis/test_job_package.py fails when the two drift; change both together.
+`FAMILIES` is kafkaproof's registry (kafkaproof.spec.fault_families, each family's `plain()`), never a copy
+kept here. The zip spark-submit gets (`kafkaproof.analysis.job_py_files`) carries it as a generated module,
+`family_registry`, so the job runs without the package; run from the source tree (spark/ on the path, no
+zip: unit tests, a local master without --py-files) the package beside it gives it.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-FAMILIES: dict[str, dict[str, Any]] = {
-    "process": {"kinds": ["kill", "stop", "pause", "restart"], "steps": [],
-                "effect_fields": ["node_states", "restarted"], "heal_fields": [], "target_prefix": ""},
-    "network": {"kinds": ["isolate", "cut", "partition", "cut_clients", "packet_loss", "bandwidth"], "steps": [],
-                "effect_fields": [],
-                "heal_fields": ["dropped_packets", "dropped_bytes", "tbf_overlimits", "tbf_dropped"],
-                "target_prefix": ""},
-    "proxy": {"kinds": ["lost_ack", "error", "latency", "proxy_bandwidth", "reset", "blackhole", "metadata",
-                        "fetch_corrupt", "fetch_duplicate"], "steps": [],
-              "effect_fields": [], "heal_fields": ["proxy_fired", "proxy_matched"], "target_prefix": ""},
-    "rolling": {"kinds": ["rolling_upgrade", "rolling_restart"], "steps": ["roll_node", "finalize_features"],
-                "effect_fields": ["rolled", "versions_after", "finalized"], "heal_fields": ["step", "effect_error"],
-                "target_prefix": ""},
-    "clock": {"kinds": ["clock_skew"], "steps": [], "effect_fields": ["clocks"], "heal_fields": [],
-              "target_prefix": ""},
-    "disk": {"kinds": ["disk_error", "disk_full", "disk_latency", "power_loss"], "steps": [],
-             "effect_fields": ["disk_rule", "node_states", "power_loss"], "heal_fields": ["disk_fired"],
-             "target_prefix": ""},
-    "consumer": {"kinds": ["kill", "stop", "pause"], "steps": [], "effect_fields": ["consumer_state"],
-                 "heal_fields": ["consumer_restarted"], "target_prefix": "consumer:"},
-    "app": {"kinds": ["kill", "stop", "pause", "restart"], "steps": [], "effect_fields": ["app_states"],
-            "heal_fields": ["app_restarted", "app_resumed"], "target_prefix": "app:"},
-}
+
+def _registry() -> dict[str, dict[str, Any]]:
+    """The families from the zip's generated module, else from kafkaproof itself."""
+    try:
+        from .family_registry import FAMILIES as generated  # type: ignore[import-not-found]  # only in the zip
+        return generated
+    except ModuleNotFoundError:
+        pass
+    try:
+        from kafkaproof.spec.fault_families import plain
+    except ModuleNotFoundError as exc:
+        raise ImportError("kafkaproof_analysis: the fault families are missing: run the job with the zip "
+                          "kafkaproof.analysis.job_py_files() builds (spark-submit --py-files; `kafkaproof "
+                          "analyze` does), or with the kafkaproof package importable") from exc
+    return plain()
+
+
+FAMILIES: dict[str, dict[str, Any]] = _registry()
 
 
 def kinds_of(*names: str) -> tuple[str, ...]:

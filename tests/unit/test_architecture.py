@@ -78,9 +78,9 @@ def test_no_file_over_the_size_that_mixes_concerns():
 
 
 # --- fault kinds: one registry (issue 38.4) ----------------------------------------------------------------
-# Where the fault families' kinds may be listed: the registry, and the Spark job's checked copy of it
-# (tests/unit/analysis/test_job_package.py compares the two).
-FAULT_REGISTRIES = {PACKAGE / "spec" / "fault_families.py", REPO / "spark" / "kafkaproof_analysis" / "families.py"}
+# Where the fault families' kinds may be listed: the registry alone. The Spark job (spark/, checked below) gets
+# them generated from it (kafkaproof.analysis.submit.family_registry_source).
+FAULT_REGISTRIES = {PACKAGE / "spec" / "fault_families.py"}
 
 
 def fault_kind_lists(path: Path, kinds: set[str]) -> list[tuple[int, list[str]]]:
@@ -113,6 +113,12 @@ def test_no_fault_kind_list_outside_the_registry():
              if (found := fault_kind_lists(p, kinds))}
     assert not lists, ("fault kinds are listed in their family (spec/fault_families.py) only; derive from it: "
                        f"{lists}")
+
+
+def test_the_kind_list_check_covers_the_spark_job():
+    spark = {p.relative_to(REPO).as_posix() for p in sources_outside_the_registry() if p.is_relative_to(REPO / "spark")}
+    assert {"spark/analyze.py", "spark/kafkaproof_analysis/families.py",
+            "spark/kafkaproof_analysis/exercised.py"} <= spark
 
 
 def test_the_kind_list_check_sees_a_kind_list():

@@ -3,10 +3,10 @@ what its heal recipe undoes and which fields of its fault log show it took effec
 
 One `FamilySpec` per family is the single source of truth for its kinds: `spec.faults` (FaultSpec's
 checks), the scenario schema, the CLI's list, the backends' supported kinds and the fault layer's
-handlers (`kafkaproof.faults.families`, one per family, registered against these) all read it. The Spark job
-runs without the package; its copy (spark/kafkaproof_analysis/families.py) is `plain()` of this
-registry, and tests/unit/analysis/test_job_package.py fails when the two drift. README "Development"
-says how to add a family or a kind.
+handlers (`kafkaproof.faults.families`, one per family, registered against these) all read it, and so does
+the Spark job, which runs without the package: the zip spark-submit gets carries `plain()` of this registry
+as a generated module (kafkaproof.analysis.submit.family_registry_source). README "Development" says how to
+add a family or a kind.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class FamilySpec:
     colors: Mapping[str, str] = field(default_factory=dict)
 
     def plain(self) -> dict[str, Any]:
-        """Pure: what the Spark job's copy holds of the family (JSON-like)."""
+        """Pure: what the Spark job knows of the family (JSON-like): kinds, steps, evidence fields, target prefix."""
         return {"kinds": list(self.kinds), "steps": list(self.steps), "effect_fields": list(self.effect_fields),
                 "heal_fields": list(self.heal_fields), "target_prefix": self.target_prefix}
 
@@ -296,5 +296,5 @@ def heal_fields() -> tuple[str, ...]:
 
 
 def plain() -> dict[str, dict[str, Any]]:
-    """Pure: the registry as the Spark job's copy holds it (spark/kafkaproof_analysis/families.py)."""
+    """Pure: the registry as the Spark job reads it (generated into its zip; spark/kafkaproof_analysis/families.py)."""
     return {name: f.plain() for name, f in FAMILIES.items()}

@@ -1,14 +1,20 @@
-"""The Spark job's copies against kafkaproof's: the ledger schemas (spark/kafkaproof_analysis/schemas.py) against
-the contract (kafkaproof.spec.ledger), the fault families (families.py) against their registry
-(kafkaproof.spec.fault_families): the job runs without the package, so a drift would go unnoticed until a run."""
+"""The Spark job against kafkaproof: its ledger schemas (spark/kafkaproof_analysis/schemas.py) against the contract
+(kafkaproof.spec.ledger), the job runs without the package, so a drift would go unnoticed until a run; its fault
+families are the registry's (kafkaproof.spec.fault_families), generated into the zip spark-submit gets."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
+from kafkaproof.analysis import submit
 from kafkaproof.spec import fault_families, ledger
-from support import load_analysis_job
+from support import REPO, load_analysis_job
 
 pytestmark = pytest.mark.unit
 
@@ -41,9 +47,46 @@ def test_every_column_the_job_reads_is_the_ledgers_with_its_type(table):
     assert all(f.nullable for f in job.SCHEMAS[table].fields)
 
 
-def test_the_jobs_fault_families_are_the_registrys():
-    assert job.FAMILIES == fault_families.plain(), ("spark/kafkaproof_analysis/families.py drifted from "
-                                                    "kafkaproof.spec.fault_families: copy plain() of the registry")
+def test_the_zip_carries_the_registrys_fault_families_generated():
+    sources = dict(submit.job_sources())
+    generated: dict = {}
+    exec(sources[submit.FAMILY_REGISTRY], generated)
+    assert generated["FAMILIES"] == fault_families.plain()
+    assert not (REPO / "spark" / submit.FAMILY_REGISTRY).exists(), "generated into the zip only, never kept in spark/"
+
+
+def test_the_zipped_job_reads_its_fault_families_without_kafkaproof():
+    """The zip alone (no kafkaproof, no site-packages: as on a cluster's worker) gives the registry's families."""
+    probe = ("import json, sys; sys.path.insert(0, sys.argv[1]); import kafkaproof_analysis.families as f; "
+             "assert 'kafkaproof' not in sys.modules; print(json.dumps(f.FAMILIES))")
+    out = subprocess.run([sys.executable, "-E", "-S", "-c", probe, str(submit.job_py_files())], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert json.loads(out) == fault_families.plain()
+
+
+def test_the_entry_file_prefers_the_zipped_package_to_the_one_beside_it():
+    """As spark-submit runs it (its directory first on the path, the --py-files zip on PYTHONPATH), the driver
+    imports the zip's package, the one with the generated families, and never kafkaproof."""
+    spark = REPO / "spark"
+    probe = (f"import sys, runpy; sys.path.insert(0, {str(spark)!r}); "
+             f"runpy.run_path({str(spark / 'analyze.py')!r}, run_name='probe'); "
+             "import kafkaproof_analysis.families as f; print(f.__file__, 'kafkaproof' in sys.modules)")
+    zipped = submit.job_py_files()
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(zipped)}).stdout.split()
+    assert out == [f"{zipped}/kafkaproof_analysis/families.py", "False"]
+
+
+def test_the_source_trees_job_reads_the_registry():
+    assert job.FAMILIES == fault_families.plain()
+
+
+def test_the_zip_changes_with_the_registry(monkeypatch):
+    before = submit.job_sources()
+    changed = {**fault_families.plain(), "clock": {**fault_families.plain()["clock"], "kinds": ["clock_skew", "x"]}}
+    monkeypatch.setattr(fault_families, "plain", lambda: changed)
+    after = dict(submit.job_sources())
+    assert after != dict(before) and "'x'" in after[submit.FAMILY_REGISTRY].decode()
 
 
 def test_the_job_judges_every_family():

@@ -356,7 +356,8 @@ class ScenarioRun:
                 if producers_started and done and timeline.finished():
                     break
                 time.sleep(0.2)
-            self._show_progress(workers, time.monotonic() - t0, timeline)
+            if not app:  # the HTTP driver logs its own progress
+                self._show_progress(workers, time.monotonic() - t0, timeline)
             self._check_producers(workers)
             if app:
                 ats = [e.at for e in self.scenario.timeline()]
@@ -402,13 +403,16 @@ class ScenarioRun:
         self.manifest["clients"] = app.clients()
         with self.phase("services"):
             app.start({"bootstrap": self.bootstrap, "topic": self.scenario.topic,
-                       "group": self.scenario.data["consumers"]["group"], "run_id": self.run_id})
+                       "group": self.scenario.data["consumers"].get("group") or f"kp-{self.scenario.name}",
+                       "run_id": self.run_id})
         return app
 
     def _stop_application(self) -> None:
-        with self.phase("stop_services"):
-            self.app.stop()
-            self.manifest["application"] = self.app.manifest()
+        """Stop the services (before the drain, and again when the run ends: then only the manifest changes)."""
+        if "stop_services" not in self.timings:
+            with self.phase("stop_services"):
+                self.app.stop()
+        self.manifest["application"] = self.app.manifest()
 
     def _stop_early(self, workers: Workers, timeline: Timeline, elapsed: float) -> bool:
         """End the workload now if asked to (`kafkaproof stop`) or the disk runs out (run/stopping.py): the

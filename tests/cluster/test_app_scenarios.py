@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
+import sys
 import time
 
 import pytest
@@ -87,3 +88,61 @@ def test_a_service_that_never_becomes_ready_is_an_error_naming_it_with_nothing_l
     assert not [e for e in procs.entries() if e.get("owner") == f"{result.run_id}-services"]
     assert not leftovers().get("kafka_processes")
     assert subprocess.run(["pgrep", "-f", "echo booting; sleep 600"], capture_output=True).returncode == 1
+
+
+# A stand-in application: answers POST /e with 202 and writes the event to Kafka as {"user": <id>}, or
+# answers 400 to everything (argv[4] == "reject"); GET / is its readiness check.
+STAND_IN = '''
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from confluent_kafka import Producer
+
+port, bootstrap, topic, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+producer = Producer({"bootstrap.servers": bootstrap})
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def do_POST(self):
+        event = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if mode == "reject":
+            self.send_response(400); self.end_headers(); return
+        producer.produce(topic, json.dumps(dict(user=event["id"])).encode())
+        producer.flush(5)
+        self.send_response(202); self.end_headers()
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def stand_in_run(tmp_path, mode: str):
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    doc = {"name": f"app-stand-in-{mode}", "guarantee": "at-least-once", "cluster": {"brokers": 1},
+           "topic": {"partitions": 1, "replication_factor": 1},
+           "application": {
+               "services": [{"name": "stand-in", "command": [sys.executable, str(script), "{port}", "{bootstrap}",
+                                                               "{topic}", mode],
+                             "ready": {"http": "http://127.0.0.1:{port}/"}, "ready_timeout_s": 30}],
+               "drive": {"service": "stand-in",
+                         "request": {"url": "http://127.0.0.1:{port}/e", "body": '{"id": "{id}"}'},
+                         "rate": 20, "messages": 20},
+               "identity": {"json_pointer": "/id"}}}
+    scenario = Scenario(doc["name"], f"{doc['name']}.yaml", validate_document(doc, f"{doc['name']}.yaml"))
+    return ScenarioRun(resolve(scenario), RunOptions(out=tmp_path)).execute()
+
+
+def test_an_endpoint_rejecting_every_request_and_an_identity_matching_no_record_are_errors(tmp_path):
+    rejected = stand_in_run(tmp_path, "reject")
+    assert rejected.status == "error"
+    assert "application.drive.request: the application rejected all 20 requests sent" in rejected.error
+    assert "HTTP 400" in rejected.error
+    unmatched = stand_in_run(tmp_path, "write")
+    assert unmatched.status == "error"
+    assert "application.identity: json_pointer: /id matched none of the 20 records" in unmatched.error
+    assert "user" in unmatched.error  # an example record
+    manifest = json.loads((unmatched.run_dir / "manifest.json").read_text())
+    assert manifest["application"]["decode"]["read_uncommitted"]["unreadable"] == 20
+    assert not [e for e in procs.entries() if e.get("owner", "").startswith("app-stand-in")]

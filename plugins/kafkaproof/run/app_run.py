@@ -170,9 +170,10 @@ class AppRun:
         found = rejected_before(self.http_sends(), first_fault_ns)
         if found is not None:
             n, why = found
-            raise ApplicationError(f"{self.where}.drive.request: the application rejected all {n:,} requests sent "
-                                   f"{'before the first fault' if first_fault_ns is not None else ''}; "
-                                   f"the first: {why} (check the request's URL, method, headers and body)")
+            when = " before the first fault" if first_fault_ns is not None else ""
+            raise ApplicationError(f"{self.where}.drive.request: the application rejected all {n:,} requests "
+                                   f"sent{when}; the first: {why} (check the request's URL, method, headers "
+                                   f"and body)")
 
     # --- after the drive
     def settle(self, settle_s: float, deadline: float) -> None:

@@ -73,7 +73,9 @@ def rejected_before(sends: pa.Table, until_ns: int | None) -> tuple[int, str | N
     first = before[0]
     status = sends.column("status")[first].as_py()
     why = sends.column("error_message")[first].as_py() or sends.column("failure")[first].as_py() or ""
-    return len(before), (f"HTTP {status}: {why}" if status is not None else why)
+    if status is None:
+        return len(before), why
+    return len(before), f"HTTP {status}: {why}" if why else f"HTTP {status}"
 
 
 def identity_error(counts: Mapping[str, Any], where: str, identity: str) -> str | None:

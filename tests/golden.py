@@ -43,6 +43,7 @@ class Golden:
     partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
     analysis_from: str | None = None  # same ledger as that golden: reuse its analysis (only the manifest differs)
     causes: dict[int, str | None] = field(default_factory=dict)  # value id -> cause_fault_id of its anomaly rows
+    application: dict[str, Any] | None = None  # the manifest's `application` (an application run, issue 39)
     _next_offset: dict[int, int] = field(default_factory=dict)
     _poll: dict[int, int] = field(default_factory=dict)
     _poll_seq: dict[int, int] = field(default_factory=dict)
@@ -165,7 +166,9 @@ class Golden:
             "consumers": [{"index": i, "group": c.get("group", "default"),
                            "isolation_level": c.get("isolation_level", "read_committed")}
                           for i, c in enumerate(self.consumers)]}
+        extra = {"application": self.application} if self.application is not None else {}
         return {
+            **extra,
             "run_id": f"golden-{self.name}",
             "status": self.manifest_status,
             "topic": "t",
@@ -841,6 +844,29 @@ GOLDENS.update({f.__name__: f for f in (
     many_values_at_one_offset, empty_run, consumers_read_nothing, observed_duplicates, control_also_found,
     violation_not_exercised,
 )})
+
+
+def app_answer_before_ack() -> Golden:
+    """An application run (issue 39), the E6 negative control: six sign-ups accepted (HTTP 202), sends with
+    no partition or offset (the answer names none), no consumer side exposed; seq 2 and 3 never reached
+    the log: `lost`, detected. The checks the application's data cannot show are not applicable, with
+    the manifest's reasons, never passed."""
+    from kafkaproof.run.app_ledger import not_applicable
+    g = Golden("app_answer_before_ack", expect={"outcome": "detect", "detect": ["lost"]}, counts={"lost": 2},
+               producers=[], application={"not_applicable": not_applicable(None)})
+    offset = 0
+    for seq in range(6):
+        vid = g.send(0, seq, seq * 100, partition=-1)
+        g.rows["sends"][-1].update(offset=None, producer_pid=None)
+        if seq in (2, 3):
+            g.value_ids.setdefault("lost", []).append(vid)
+            continue
+        g.log(0, offset, vid)
+        offset += 1
+    return g
+
+
+GOLDENS[app_answer_before_ack.__name__] = app_answer_before_ack
 
 
 def write_all(root: Path) -> dict[str, Path]:

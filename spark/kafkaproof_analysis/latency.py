@@ -143,7 +143,8 @@ def timeseries_rows(sends: DataFrame, reads: DataFrame, ctx: RunContext, t0: int
                 ack_pos.append((r["p"], r["s"], r["o"]))
         else:
             by_read[r["s"]] = by_read.get(r["s"], 0) + r["n"]
-            read_pos.append((r["g"], r["p"], r["s"], r["o"]))
+            if r["o"] is not None:  # an application's processed records have no input offset (issue 39)
+                read_pos.append((r["g"], r["p"], r["s"], r["o"]))
     p99 = {s: histogram_percentiles(h)["p99"] for s, h in lat_hist.items()}
     seconds = set(by_intent) | set(by_done) | set(by_read)
     if not seconds:

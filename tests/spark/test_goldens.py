@@ -323,3 +323,18 @@ def test_run_directories_behind_a_hadoop_uri_give_exactly_the_local_results(runs
             assert _table(dirs[name] / "analysis" / f"{table}.parquet").equals(
                 _table(runs[name] / "analysis" / f"{table}.parquet")), f"{name}: {table}"
         assert not (dirs[name] / "analysis.tmp").exists()
+
+
+@pytest.mark.spark
+def test_an_application_run_reports_what_it_cannot_judge_as_not_applicable(runs):
+    """Issue 39: the loss is judged as for kafkaproof's producers; the checks the application's data cannot
+    show are `n/a` with the manifest's reason, never passed."""
+    result = validate(runs["app_answer_before_ack"], data_docs=False)
+    assert result.status == "pass", format_result(result)
+    rows = {r.anomaly: r for r in result.rows}
+    assert rows["lost"].count == 2 and rows["lost"].expected_detected and rows["lost"].not_applicable is None
+    assert "poll order" in rows["poll_skips"].not_applicable and "concurrently" in rows["reordering"].not_applicable
+    assert "n/a" in format_result(result) and "not applicable: " in format_result(result)
+    bad = validate(runs["app_answer_before_ack"], expect={"outcome": "detect", "detect": ["reordering"]},
+                   data_docs=False)
+    assert bad.status == "error" and any("reordering does not apply" in e for e in bad.errors)

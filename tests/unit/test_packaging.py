@@ -26,7 +26,7 @@ LIBRARY = [*sorted((REPO / "plugins" / "kafkaproof").rglob("*.py")), *sorted((RE
 # Code that runs only inside Airflow (the plugin, the DAGs) may also use what Airflow itself requires.
 AIRFLOW_SIDE = [REPO / "plugins" / "kafkaproof_reports.py", *sorted((REPO / "dags").glob("*.py"))]
 # Imported lazily where used; a command that needs one and lacks it names the extra to install.
-LAZY_EXTRAS = {"pyspark", "great_expectations", "airflow", "uvloop"}
+LAZY_EXTRAS = {"pyspark", "great_expectations", "airflow", "uvloop", "psycopg2"}  # psycopg2: run/processed.py's PostgreSQL source
 TEST_TOOLS = {"pytest", "pytest-timeout"}
 
 

@@ -18,8 +18,8 @@ from .data import (DEFAULT_EXAMPLES, REPORT_DIR, RunData, expectation_of, guaran
                    run_started_wall, run_t0, scenario_name, scenario_of)
 from .kit import (VERDICT_COLORS, Markup, badge, bullets, esc, fmt_int, fmt_ms, fmt_num, fmt_t, fmt_value_id,
                    is_missing, join, kv, link, none_note, page, plural, rel_href, table, tag, write_html)
-from .shaping import (PERCENTILE_KEYS, FaultWindow, KindSummary, TrendPoint, attribution_text, delivery_text,
-                      error_rows, fault_windows, kind_summaries, latency_by_fault_rows, latency_rows, outcome_rows,
+from .shaping import (PERCENTILE_KEYS, FaultWindow, KindSummary, TrendPoint, application_text, attribution_text,
+                      delivery_text, error_rows, fault_windows, kind_summaries, latency_by_fault_rows, latency_rows, outcome_rows,
                       per_second, recovery_rows, trend_points)
 from .svg import Timeline, build_timeline, svg_timeline, svg_trend
 from .verdict_text import Verdict, anomaly_counts, build_verdict, ordered_kinds
@@ -77,7 +77,12 @@ def section_verdict(v: RunView) -> Markup:
     claim = (f"Claims {guarantee}. Negative control: must detect {', '.join(detect)}." if outcome == "detect"
              else f"Claims {guarantee}; expected to pass.")
     items = [tag("li", text, class_=cls) for cls, text in v.verdict.lines]
-    body = [tag("h2", v.verdict.headline), tag("div", claim + (f" Why: {why}" if why and outcome == "detect" else ""))]
+    body = [tag("h2", v.verdict.headline)]
+    app = application_text(v.data.manifest, v.data.metrics, next((k for k in v.kinds if k.kind == "lost"), None),
+                           v.windows, v.timeline.end_s)
+    if app:  # an application run leads with the application's view
+        body.append(tag("div", tag("strong", app), class_="app"))
+    body.append(tag("div", claim + (f" Why: {why}" if why and outcome == "detect" else "")))
     if items:
         body.append(tag("ul", items))
     return tag("section", body, class_=f"verdict {v.verdict.status}", id="verdict")

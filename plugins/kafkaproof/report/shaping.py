@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
@@ -209,6 +209,35 @@ def anomaly_t_s(anomalies: pd.DataFrame, t0: int) -> pd.Series:
     if "t_start_ns" in anomalies:
         return (anomalies["t_start_ns"].astype("float64") - t0) / NS_PER_S
     return pd.Series([float("nan")] * len(anomalies), index=anomalies.index)
+
+
+def application_text(manifest: Mapping[str, Any] | None, metrics: Mapping[str, Any] | None,
+                     lost: KindSummary | None, windows: Sequence[FaultWindow], end_s: float) -> str | None:
+    """The application's view of the run, the report's lead (issue 39): the events it accepted, those its
+    consumer side processed (with a processed source), those accepted that never reached Kafka, the first
+    one's wall time and the faults active then. None for a run without an application."""
+    app = (manifest or {}).get("application")
+    if not isinstance(app, Mapping):
+        return None
+    requests = app.get("requests") or {}
+    parts = [f"{fmt_int(int(requests.get('accepted') or 0))} events accepted"]
+    refused = [f"{fmt_int(n)} {label}" for key, label in (("rejected", "rejected"), ("indefinite", "unanswered"))
+               if (n := int(requests.get(key) or 0))]
+    if refused:
+        parts[0] += f" ({', '.join(refused)})"
+    if app.get("processed"):
+        parts.append(f"{fmt_int(((metrics or {}).get('outcomes') or {}).get('consumed'))} processed")
+    if lost is None or not lost.count:
+        return ", ".join(parts + ["every accepted event in Kafka"]) + "."
+    text = f"{fmt_int(lost.count)} accepted but never in Kafka"
+    wall0 = ((manifest or {}).get("clock") or {}).get("wall_origin_ns")
+    if lost.first_s is not None and wall0 is not None:
+        first = datetime.fromtimestamp((int(wall0) + lost.first_s * NS_PER_S) / NS_PER_S, tz=timezone.utc)
+        text += f", first at {first.strftime('%H:%M:%S')} UTC"
+        active = active_faults_at(lost.first_s, windows, end_s)
+        if active:
+            text += ", during " + ", ".join(f"{w.kind} {w.target}" for w in active)
+    return ", ".join(parts + [text]) + "."
 
 
 def outcome_rows(metrics: Mapping[str, Any] | None) -> list[tuple[str, Any, str]]:

@@ -70,17 +70,21 @@ def assemble_sends(work: Path, producers: int, audit_value_ids: set[int], offset
 
 
 def assemble_ledger(run_dir: Path, data: Mapping[str, Any], audit_rows: list[dict], snapshots: list[dict],
-                    topic_id: str | None = None) -> dict:
+                    topic_id: str | None = None, *, sends: pa.Table | None = None,
+                    reads: pa.Table | None = None) -> dict:
     """Write a run's ledger tables from what its workers streamed into `work/` (and its fault log and proxy
     events there), the audit rows of its drain and the cluster snapshots; returns the row counts.
-    `topic_id`: the run topic's id, which names it in proxy events that know only the id."""
+    `topic_id`: the run topic's id, which names it in proxy events that know only the id. `sends` and
+    `reads` replace the workers' (an application run: its HTTP requests and what it processed)."""
     work = Path(run_dir) / "work"
     audit_ids = {r["value_id"] for r in audit_rows if r["value_id"] >= 0}
     counts = {}
-    sends = assemble_sends(work, data["producers"]["count"], audit_ids,
-                           producer_settings(data["producers"], 0)["offsets_from_broker"])
+    if sends is None:
+        sends = assemble_sends(work, data["producers"]["count"], audit_ids,
+                               producer_settings(data["producers"], 0)["offsets_from_broker"])
     ledger.write_arrow(run_dir, "sends", sends)
-    reads, events = assemble_consumer_tables(work)
+    worker_reads, events = assemble_consumer_tables(work)
+    reads = worker_reads if reads is None else reads
     ledger.write_arrow(run_dir, "reads", reads)
     ledger.write_arrow(run_dir, "consumer_events", events)
     counts["sends"], counts["reads"], counts["consumer_events"] = sends.num_rows, reads.num_rows, events.num_rows

@@ -3,16 +3,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ClusterError
 from ..spec import ledger
 
+# (key, value, headers) -> value id, -1 for a record that is not one of the run's values.
+Decoder = Callable[[bytes | None, bytes | None, list[tuple[str, bytes]] | None], int]
+
 
 def drain(bootstrap: str, topic: str, isolation: str, timeout_s: float,
-          connection: Mapping[str, Any] | None = None) -> tuple[list[dict], dict[int, dict]]:
+          connection: Mapping[str, Any] | None = None,
+          decoder: Decoder | None = None) -> tuple[list[dict], dict[int, dict]]:
     """Read every partition of `topic` from the beginning to its high watermark with a fresh reader
-    (connecting with `connection`, the cluster's security settings)."""
+    (connecting with `connection`, the cluster's security settings). Each record's value id is
+    kafkaproof's payload (`ledger.decode_value_id`), or what `decoder` gives for its key, value and
+    headers (an application's records, by identity: `app_ledger.value_id_of`)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     consumer = Consumer({**(connection or {}), "bootstrap.servers": bootstrap, "group.id": f"kp-audit-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "isolation.level": isolation, "log_level": 3,
@@ -34,9 +40,11 @@ def drain(bootstrap: str, topic: str, isolation: str, timeout_s: float,
                 if m.error() is not None:
                     continue
                 key = m.key()
+                value_id = (ledger.decode_value_id(m.value()) if decoder is None
+                            else decoder(key, m.value(), m.headers()))
                 rows.append({"isolation": isolation, "partition": m.partition(), "offset": m.offset(),
                              "key": key.decode(errors="replace") if key is not None else None,
-                             "value_id": ledger.decode_value_id(m.value()), "timestamp_ms": m.timestamp()[1]})
+                             "value_id": value_id, "timestamp_ms": m.timestamp()[1]})
                 marks[m.partition()]["read"] += 1
             positions = consumer.position([TopicPartition(topic, p) for p in partitions])
             for tp in positions:

@@ -1,6 +1,6 @@
 """Open-loop HTTP driver for the application under test (issue 39): one request per event.
 
-Not wired into scenarios yet. `drive` sends request `seq` (0, 1, ...) of a `RequestTemplate` at its
+A run drives its application with it (`run/app_run.py`). `drive` sends request `seq` (0, 1, ...) of a `RequestTemplate` at its
 intended time `start + seq / rate`, from a bounded pool of worker threads, each with its own
 keep-alive `http.client` connections. Open loop: a slow answer never moves a later intended time;
 when every worker is busy, later requests go out late and their latency, measured from the intended

@@ -28,13 +28,15 @@ from ..paths import state_dir
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster.heal import now
 from ..cluster.reuse import reuse_record
-from ..errors import KafkaproofError, ScenarioError
+from ..errors import KafkaproofError
 from ..faults import FaultInjector
 from ..spec import ledger
 from ..spec.clients import effective_clients, producer_settings
 from ..spec.client_versions import to_manifest
 from ..spec.connection import redacted
+from ..spec.application import check_application_host
 from ..spec.fault_families import family_of
+from .app_run import AppRun
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .resolved import ResolvedScenario
@@ -122,10 +124,12 @@ class ScenarioRun:
         self.fault_errors: list[str] = []
         self.audit_marks: dict[str, dict] = {}
         self.audit_rows: list[dict] = []
+        self.app_reads: pa.Table | None = None  # what the application's consumer side processed
         # fault tasks of another process time the faults through this (run/control.py)
         self.control = RunControl(options.control) if options.control else None
         self.sampler: SnapshotSampler | None = None
         self.node_log_start: dict[int, int] = {}  # where this run's lines begin in each node's server.log
+        self.app: AppRun | None = None  # the application under test (issue 39), once its section is checked
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
             "run_id": self.run_id, "scenario": self.scenario.data, "scenario_name": self.scenario.name,
@@ -162,7 +166,6 @@ class ScenarioRun:
         status, error = "complete", None
         deadline = time.monotonic() + self.scenario.data["timeout_s"]
         try:
-            self._refuse_application()
             with contextlib.ExitStack() as stack:
                 self._provision(stack)
                 self._experiment(stack, deadline)
@@ -191,14 +194,6 @@ class ScenarioRun:
         log.info("[%s] run %s: %s%s -> %s", self.scenario.name, self.run_id, status,
                  f" ({error})" if error else "", self.run_dir)
         return RunResult(self.run_id, self.run_dir, status, error)
-
-    def _refuse_application(self) -> None:
-        """A scenario's application section is checked when it is loaded, but runs do not start its
-        services or drive them yet: refused before anything starts."""
-        if self.scenario.data.get("application"):
-            raise ScenarioError(f"{self.scenario.path}: application: application scenarios are validated but not "
-                                f"run yet (issue 39): kafkaproof does not start the services or drive them; "
-                                f"run scenarios with producers for now")
 
     def _provision(self, stack: contextlib.ExitStack) -> None:
         """Get the cluster the run uses, refusing faults its backend cannot inject before anything starts."""
@@ -326,14 +321,17 @@ class ScenarioRun:
         producer_spec.update(client=prod.get("client", "librdkafka"), client_version=prod.get("client_version", version))
         # the jars and modules the workers are about to start on: what ran, not what was asked for
         self.manifest["client_versions"] = to_manifest(client_versions(data))
+        app = self._start_application(stack)
 
         with self.phase("workload"):
             self._await_fault_tasks()
-            for i in range(cons["count"]):
+            for i in range(0 if app else cons["count"]):
                 workers.start_consumer(i, consumer_spec)
             t0 = time.monotonic()
+            t0_wall_ns = time.time_ns()
             self._announce_start(t0)
-            timeline = Timeline(self, injector, workers, t0, events, self.control)
+            timeline = Timeline(self, injector, workers, t0, events, self.control,
+                                services=app.fleet if app else None)
             stack.callback(timeline.stop)
             timeline.start()
             producers_started = stopping = False
@@ -343,33 +341,78 @@ class ScenarioRun:
                     raise RunInterrupted(f"time limit of {data['timeout_s']}s reached")
                 elapsed = time.monotonic() - t0
                 if not producers_started and elapsed >= prod["start_after_s"]:
+                    if app:
+                        app.start_drive()
                     for i in range(prod["count"]):
                         workers.start_producer(i, producer_spec)
                     producers_started = True
-                if time.monotonic() - last_progress >= self.options.progress_interval_s:
+                if not app and time.monotonic() - last_progress >= self.options.progress_interval_s:
                     self._show_progress(workers, elapsed, timeline)
                     last_progress = time.monotonic()
                 if producers_started and not stopping and time.monotonic() - last_stop_check >= 1.0:
                     last_stop_check = time.monotonic()
                     stopping = self._stop_early(workers, timeline, elapsed)
-                if producers_started and workers.producers_done() and timeline.finished():
+                done = app.drive_done() if app else workers.producers_done()
+                if producers_started and done and timeline.finished():
                     break
                 time.sleep(0.2)
-            self._show_progress(workers, time.monotonic() - t0, timeline)
+            if not app:  # the HTTP driver logs its own progress
+                self._show_progress(workers, time.monotonic() - t0, timeline)
             self._check_producers(workers)
+            if app:
+                ats = [e.at for e in self.scenario.timeline()]
+                app.check_requests(t0_wall_ns + int(min(ats) * 1e9) if ats else None)
         with self.phase("heal"):
             timeline.stop()
             timeline.heal_everything()
         with self.phase("settle"):
             self._wait_consumers_settle(workers, deadline)
             workers.stop_consumers()
+            if app:
+                app.settle(data["drain"]["settle_s"], min(deadline, time.monotonic() + data["drain"]["timeout_s"]))
         with self.phase("drain"):
-            for iso in ("read_uncommitted", "read_committed"):
+            if app:
+                self._stop_application()  # SIGTERM: the services flush what they still send before the drain
+                app.index_events()
+                rows, self.audit_marks = app.drain_audit(self.direct_bootstrap, topic, data["drain"]["timeout_s"],
+                                                         self.cluster.direct_client_config())
+                self.audit_rows += rows
+                self.app_reads = app.reads(self.direct_bootstrap, data["drain"]["timeout_s"],
+                                           self.cluster.direct_client_config())
+            for iso in () if app else ("read_uncommitted", "read_committed"):
                 rows, marks = drain(self.direct_bootstrap, topic, iso, data["drain"]["timeout_s"],
                                     self.cluster.direct_client_config())
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
         sampler.stop()
+
+    def _start_application(self, stack: contextlib.ExitStack) -> AppRun | None:
+        """With an application section: check its host again (the scenario may have travelled from another
+        machine), start its services against the run's cluster and topic and wait until they are ready;
+        they are stopped when the run ends, whatever happens. None without one."""
+        section = self.scenario.application
+        if section is None:
+            return None
+        where = f"{self.scenario.path}: application"
+        check_application_host(section, where)
+        clock = self.manifest["clock"]
+        app = AppRun(section, self.run_dir, self.run_id, where, cluster=self.cluster.name if self.cluster else None,
+                     clock_offset_ns=clock["wall_origin_ns"] - clock["monotonic_origin_ns"])
+        self.app = app
+        stack.callback(self._stop_application)
+        self.manifest["clients"] = app.clients()
+        with self.phase("services"):
+            app.start({"bootstrap": self.bootstrap, "topic": self.scenario.topic,
+                       "group": self.scenario.data["consumers"].get("group") or f"kp-{self.scenario.name}",
+                       "run_id": self.run_id})
+        return app
+
+    def _stop_application(self) -> None:
+        """Stop the services (before the drain, and again when the run ends: then only the manifest changes)."""
+        if "stop_services" not in self.timings:
+            with self.phase("stop_services"):
+                self.app.stop()
+        self.manifest["application"] = self.app.manifest()
 
     def _stop_early(self, workers: Workers, timeline: Timeline, elapsed: float) -> bool:
         """End the workload now if asked to (`kafkaproof stop`) or the disk runs out (run/stopping.py): the
@@ -382,6 +425,8 @@ class ScenarioRun:
         log.warning("[%s] ending the workload early at t=%.1fs: %s", self.scenario.name, elapsed, reason)
         self.manifest["stopped_early"] = {"reason": reason, "at_s": round(elapsed, 1)}
         workers.stop_producers()
+        if self.app:
+            self.app.stop_drive.set()
         timeline.stop()
         return True
 
@@ -450,8 +495,11 @@ class ScenarioRun:
                  self.scenario.name, elapsed, p["sent"], p["ok"], p["fail"], p["indefinite"], p["read"], errors, active)
 
     def _assemble(self) -> None:
+        app = self.app
         self.manifest["counts"] = assemble_ledger(self.run_dir, self.scenario.data, self.audit_rows,
                                                   self.sampler.rows if self.sampler else [],
-                                                  (self.manifest.get("topic_description") or {}).get("topic_id"))
+                                                  (self.manifest.get("topic_description") or {}).get("topic_id"),
+                                                  sends=app.sends() if app else None,
+                                                  reads=self.app_reads if app else None)
 
 

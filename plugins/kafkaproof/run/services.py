@@ -5,8 +5,8 @@ how many instances) and how to tell it is ready (an HTTP URL answering 2xx, or a
 a regex). A `ServiceFleet` starts every instance in a process group of its own, with stdout and
 stderr in `<run_dir>/services/<name>-<i>.log`, records it in the process registry
 (`cluster/procs.py`, role "service") before waiting for it, so `kafkaproof cluster down --all` stops
-what a crashed run left, and always stops them all again (it is a context manager). Not wired into
-scenarios yet.
+what a crashed run left, and always stops them all again (it is a context manager). A run starts its application's services with
+it (`run/app_run.py`).
 """
 from __future__ import annotations
 

@@ -538,7 +538,7 @@ _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 # references between fields) with messages naming the field.
 SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["services", "drive", "identity"],
-    "description": "your own services under test, driven by HTTP (docs/application.md); validated, not run yet",
+    "description": "your own services under test, driven by HTTP (docs/application.md)",
     "properties": {
         "services": {"type": "array", "minItems": 1, "items": {
             "type": "object", "additionalProperties": False, "required": ["name", "command", "ready"],

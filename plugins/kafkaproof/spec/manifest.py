@@ -34,6 +34,12 @@ class Manifest:
         return cur
 
     @property
+    def not_applicable(self) -> dict[str, str]:
+        """Anomaly kind -> why the run cannot judge it (an application run, issue 39); {} otherwise."""
+        found = self._get("application", "not_applicable")
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
+
+    @property
     def run_id(self) -> str | None:
         return self._get("run_id")
 

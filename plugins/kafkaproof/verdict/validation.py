@@ -58,6 +58,7 @@ class AnomalyRow:
     summary: str
     examples: list[int] = field(default_factory=list)
     also_found: bool = False  # negative control: found outside `detect`, forbidden by the guarantee
+    not_applicable: str | None = None  # why the run cannot judge this kind (never a pass): manifest's reason
 
 
 @dataclass
@@ -167,6 +168,12 @@ def decide_status(errors: Sequence[str], unconfirmed: Sequence[str], judged_ok: 
 def not_exercised(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The analysis' exercised checks that did not hold: a fault without effect, a condition not met."""
     return [r for r in metrics.get("exercised") or [] if not r.get("held")]
+
+
+def without_kinds(counts: Mapping[str, int], not_applicable: Mapping[str, str]) -> dict[str, int]:
+    """Pure: the analysis' counts with the kinds the run cannot judge at 0: the suites neither pass nor fail
+    them on data that cannot show them; the verdict's rows say `not applicable` with the reason."""
+    return {k: (0 if k in not_applicable else v) for k, v in counts.items()}
 
 
 def counts_frame(counts: Mapping[str, int], policy: Policy):
@@ -310,19 +317,27 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
         result = ValidationResult(run_dir, False, "error", guarantee, expect_dict, [], [str(exc)], {}, None, claims)
         return _save(result)
 
-    counts = metrics.get("counts", {})
+    na = manifest.not_applicable
+    counts = without_kinds(metrics.get("counts", {}), na)
     unknown = sorted(set(counts) - set(policy.names))
     errors = run_errors(manifest, metrics, policy)
     if unknown:
         errors.append(f"analysis counts kinds the policy does not know: {', '.join(unknown)}")
+    errors += [f"expect.detect: {k} does not apply to this run: {na[k]}" for k in exp.detect if k in na]
     anomalies = anomalies_frame(run_dir)
+    anomalies = anomalies[~anomalies["kind"].isin(list(na))]
     examples = anomaly_examples(anomalies)
     rows = [AnomalyRow(j.anomaly, j.count, j.allowed, j.expected_detected, j.ok, policy.kind(j.anomaly).cls,
-                       policy.kind(j.anomaly).summary, examples.get(j.anomaly, []), j.also_found)
+                       policy.kind(j.anomaly).summary, examples.get(j.anomaly, []), j.also_found,
+                       na.get(j.anomaly))
             for j in judge(counts, policy, guarantee, exp, claims)]
 
     specs = suites(policy, guarantee, exp, claims)
-    frames = {"counts": counts_frame(counts, policy), "anomalies": anomalies, "values": values_frame(run_dir, policy)}
+    values = values_frame(run_dir, policy)
+    for kind in na:  # a flag the run cannot judge is not a finding
+        if kind in VALUE_FLAGS and VALUE_FLAGS[kind] in values:
+            values[VALUE_FLAGS[kind]] = False
+    frames = {"counts": counts_frame(counts, policy), "anomalies": anomalies, "values": values}
     docs_dir = out_dir / "data_docs"
     suite_results = run_checkpoints(frames, specs, docs_dir, build_docs=data_docs)
     gx_ok = all(suite_results.values())
@@ -359,10 +374,13 @@ def format_result(result: ValidationResult, *, all_rows: bool = False) -> str:
     if result.status == "fail":
         for u in result.unconfirmed:
             lines.append(f"  unconfirmed: {u}; the violation found stands")
-    shown = [r for r in result.rows if all_rows or r.count or r.expected_detected or not r.ok]
+    shown = [r for r in result.rows if all_rows or r.count or r.expected_detected or not r.ok or r.not_applicable]
     if shown:
         width = max(len(r.anomaly) for r in shown)
         for r in shown:
+            if r.not_applicable:
+                lines.append(f"  {'n/a':>7}  {r.anomaly:<{width}}  not applicable: {r.not_applicable}")
+                continue
             if not r.ok:
                 mark = "MISSING" if r.expected_detected else "FAIL"
             elif r.also_found:

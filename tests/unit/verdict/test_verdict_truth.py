@@ -114,3 +114,14 @@ def test_report_verdict_names_the_unconfirmed_fault_and_the_forbidden_control_fi
     assert any(t.startswith("Also found (forbidden by the guarantee, exactly-once): 1,880 values") for t in text)
     assert any(t.startswith("Also found (not decisive in a negative control): 2 sends") for t in text)
     assert not any("dirty" in t and "not decisive" in t for t in text)
+
+
+@pytest.mark.unit
+def test_a_check_the_run_cannot_judge_is_not_applicable_never_passed():
+    from kafkaproof.verdict.validation import without_kinds
+    assert without_kinds({"lost": 2, "reordering": 5}, {"reordering": "concurrent requests"}) == \
+        {"lost": 2, "reordering": 0}
+    rows = [AnomalyRow("lost", 2, True, True, True, "hard", ""),
+            AnomalyRow("reordering", 0, False, False, True, "hard", "", not_applicable="concurrent requests")]
+    text = format_result(_result("pass", rows))
+    assert "n/a  reordering  not applicable: concurrent requests" in text

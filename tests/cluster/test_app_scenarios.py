@@ -1,0 +1,148 @@
+"""Application scenarios end to end (issue 39): the catalog's E6 pair on a real local cluster, the example
+application built with real Maven and driven over real HTTP, analysed by the real Spark job and judged by
+the GX suites; and a service that never becomes ready, which ends the run as an error naming it with
+nothing left running.
+
+Marked `long`: the first build of the example downloads Spring Boot into ~/.m2, and each service takes
+~10 s to start beside three brokers.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kafkaproof import analysis, pipeline
+from kafkaproof.cluster import procs
+from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import resolve
+from kafkaproof.spec.scenario import Scenario, validate_document
+from kafkaproof.verdict.validation import format_result, validate
+
+from support import leftovers
+
+pytestmark = [pytest.mark.long, pytest.mark.cluster, pytest.mark.timeout(1200)]
+
+log = logging.getLogger(__name__)
+
+PAIR = ("app-e6-answer-before-ack", "app-e6-wait-for-ack")
+
+
+def test_the_e6_pair_detects_accepted_but_lost_signups_and_the_wait_for_ack_twin_passes(tmp_path):
+    runs = {}
+    for scn in pipeline.suite(names=list(PAIR)):
+        started = time.monotonic()
+        result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path)).execute()
+        log.info("%s: %s in %.1f s", scn.name, result.status, time.monotonic() - started)
+        print(f"[app] {scn.name}: run {result.status} in {time.monotonic() - started:.1f} s", flush=True)
+        assert result.status == "complete", result.error
+        runs[scn.name] = result.run_dir
+    started = time.monotonic()
+    analysis.analyze_many(list(runs.values()), quiet=True)
+    print(f"[app] analysis of both in {time.monotonic() - started:.1f} s", flush=True)
+    verdicts = {name: validate(run_dir, data_docs=False) for name, run_dir in runs.items()}
+    for name, v in verdicts.items():
+        manifest = json.loads((runs[name] / "manifest.json").read_text())
+        print(f"[app] {format_result(v)}\n[app] requests {manifest['application']['requests']} "
+              f"decode {manifest['application']['decode']['read_committed']['matched']} matched", flush=True)
+
+    before, after = verdicts["app-e6-answer-before-ack"], verdicts["app-e6-wait-for-ack"]
+    assert before.status == "pass", format_result(before)  # the negative control found the loss
+    lost = next(r for r in before.rows if r.anomaly == "lost")
+    assert lost.count > 0 and lost.expected_detected
+    assert after.status == "pass", format_result(after)
+    assert next(r for r in after.rows if r.anomaly == "lost").count == 0
+    for v in verdicts.values():  # never passed: reported not applicable with the reason
+        reordering = next(r for r in v.rows if r.anomaly == "reordering")
+        assert reordering.not_applicable and "concurrently" in reordering.not_applicable
+        poll = next(r for r in v.rows if r.anomaly == "poll_skips")
+        assert poll.not_applicable
+    manifest = json.loads((runs["app-e6-answer-before-ack"] / "manifest.json").read_text())
+    app = manifest["application"]
+    assert app["services"][0]["name"] == "signup-service" and app["services"][0]["argv"][-1].startswith("--")
+    assert app["requests"]["accepted"] > 0 and manifest["clients"] == {"producers": [], "consumers": []}
+    assert not [e for e in procs.entries() if e.get("owner", "").endswith("-services")]
+    assert not leftovers().get("kafka_processes")
+
+
+def test_a_service_that_never_becomes_ready_is_an_error_naming_it_with_nothing_left_running(tmp_path):
+    doc = {"name": "app-never-ready", "guarantee": "at-least-once", "cluster": {"brokers": 1},
+           "topic": {"partitions": 1, "replication_factor": 1},
+           "application": {
+               "services": [{"name": "sleepy", "command": ["sh", "-c", "echo booting; sleep 600"],
+                             "ready": {"log": "^started$"}, "ready_timeout_s": 3}],
+               "drive": {"request": {"url": "http://127.0.0.1:9/e"}, "rate": 10, "messages": 5},
+               "identity": {"key": True}}}
+    scenario = Scenario("app-never-ready", "app-never-ready.yaml",
+                        validate_document(doc, "app-never-ready.yaml"))
+    result = ScenarioRun(resolve(scenario), RunOptions(out=tmp_path)).execute()
+    assert result.status == "error"
+    assert "service sleepy instance 0" in result.error and "'^started$'" in result.error
+    assert "booting" in result.error  # its last log lines
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "error" and manifest["application"]["services"][0]["name"] == "sleepy"
+    assert not [e for e in procs.entries() if e.get("owner") == f"{result.run_id}-services"]
+    assert not leftovers().get("kafka_processes")
+    assert subprocess.run(["pgrep", "-f", "echo booting; sleep 600"], capture_output=True).returncode == 1
+
+
+# A stand-in application: answers POST /e with 202 and writes the event to Kafka as {"user": <id>}, or
+# answers 400 to everything (argv[4] == "reject"); GET / is its readiness check.
+STAND_IN = '''
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from confluent_kafka import Producer
+
+port, bootstrap, topic, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+producer = Producer({"bootstrap.servers": bootstrap})
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def do_POST(self):
+        event = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if mode == "reject":
+            self.send_response(400); self.end_headers(); return
+        producer.produce(topic, json.dumps(dict(user=event["id"])).encode())
+        producer.flush(5)
+        self.send_response(202); self.end_headers()
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def stand_in_run(tmp_path, mode: str):
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    doc = {"name": f"app-stand-in-{mode}", "guarantee": "at-least-once", "cluster": {"brokers": 1},
+           "topic": {"partitions": 1, "replication_factor": 1},
+           "application": {
+               "services": [{"name": "stand-in", "command": [sys.executable, str(script), "{port}", "{bootstrap}",
+                                                               "{topic}", mode],
+                             "ready": {"http": "http://127.0.0.1:{port}/"}, "ready_timeout_s": 30}],
+               "drive": {"service": "stand-in",
+                         "request": {"url": "http://127.0.0.1:{port}/e", "body": '{"id": "{id}"}'},
+                         "rate": 20, "messages": 20},
+               "identity": {"json_pointer": "/id"}}}
+    scenario = Scenario(doc["name"], f"{doc['name']}.yaml", validate_document(doc, f"{doc['name']}.yaml"))
+    return ScenarioRun(resolve(scenario), RunOptions(out=tmp_path)).execute()
+
+
+def test_an_endpoint_rejecting_every_request_and_an_identity_matching_no_record_are_errors(tmp_path):
+    rejected = stand_in_run(tmp_path, "reject")
+    assert rejected.status == "error"
+    assert "application.drive.request: the application rejected all 20 requests sent" in rejected.error
+    assert "HTTP 400" in rejected.error
+    unmatched = stand_in_run(tmp_path, "write")
+    assert unmatched.status == "error"
+    assert "application.identity: json_pointer: /id matched none of the 20 records" in unmatched.error
+    assert "user" in unmatched.error  # an example record
+    manifest = json.loads((unmatched.run_dir / "manifest.json").read_text())
+    assert manifest["application"]["decode"]["read_uncommitted"]["unreadable"] == 20
+    assert not [e for e in procs.entries() if e.get("owner", "").startswith("app-stand-in")]

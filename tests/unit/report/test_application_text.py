@@ -1,0 +1,38 @@
+"""The report's lead for an application run (issue 39): the application's view, from the manifest's
+`application`, the analysis and the `lost` anomalies."""
+from __future__ import annotations
+
+import pytest
+
+from kafkaproof.report.shaping import FaultWindow, KindSummary, application_text
+
+pytestmark = pytest.mark.unit
+
+WALL0 = 1_790_000_000_000_000_000  # 2026-09-21 14:13:20 UTC
+STOP = FaultWindow("f1", "stop", "leader:0", [2], "", 5.0, 15.0)
+
+
+def manifest(processed: bool = False, **requests: int) -> dict:
+    return {"clock": {"wall_origin_ns": WALL0, "monotonic_origin_ns": 7},
+            "application": {"requests": {"accepted": 1000, "rejected": 0, "indefinite": 0, **requests},
+                            "processed": {"source": "http"} if processed else None}}
+
+
+def test_the_application_view_names_what_was_accepted_processed_and_lost_and_when():
+    lost = KindSummary("lost", 38, "", first_s=7.4)
+    text = application_text(manifest(processed=True), {"outcomes": {"consumed": 962}}, lost, [STOP], 30.0)
+    assert text == ("1,000 events accepted, 962 processed, 38 accepted but never in Kafka, first at 14:13:27 UTC, "
+                    "during stop leader:0.")
+
+
+def test_without_loss_or_processed_source_and_with_refusals():
+    assert application_text(manifest(rejected=3, indefinite=2), {}, None, [STOP], 30.0) == \
+        "1,000 events accepted (3 rejected, 2 unanswered), every accepted event in Kafka."
+    lost = KindSummary("lost", 2, "", first_s=20.0)  # after the fault: no fault named
+    assert application_text(manifest(), {}, lost, [STOP], 30.0) == \
+        "1,000 events accepted, 2 accepted but never in Kafka, first at 14:13:40 UTC."
+
+
+def test_a_run_without_an_application_has_no_application_view():
+    assert application_text({"clock": {}}, {}, None, [], 1.0) is None
+    assert application_text(None, None, None, [], 1.0) is None

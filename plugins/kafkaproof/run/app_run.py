@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ..errors import ApplicationError
 from ..spec.application import ACCEPTED, REJECTED, ApplicationSection, fill_placeholders
-from ..spec.ledger import READS
+from ..spec.ledger import READS, make_value_id
 from . import example_app
 from .app_ledger import EventDecoder, event_index, not_applicable, sends_from_http, value_id_of
 from .drain import drain
@@ -271,7 +271,6 @@ class _LazyIndex(Mapping):
         self.app = app
 
     def __getitem__(self, event_id: str) -> int:
-        from ..spec.ledger import make_value_id
         prefix = f"{self.app.run_id}-"
         if not event_id.startswith(prefix) or not event_id[len(prefix):].isdigit():
             raise KeyError(event_id)

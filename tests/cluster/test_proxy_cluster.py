@@ -459,7 +459,7 @@ def test_existing_cluster_refuses_broker_faults_before_starting_anything(cluster
     path.write_text(yaml.safe_dump(doc))
     result = ScenarioRun(resolve(load(path), Overrides(bootstrap=cluster.direct_bootstrap())),
                          RunOptions(out=tmp_path / "runs")).execute()
-    assert result.status == "error" and "kill" in result.error and "only proxy faults" in result.error
+    assert result.status == "error" and "kill" in result.error and "only proxy, consumer and app faults apply" in result.error
 
 
 def test_cluster_down_heals_an_existing_clusters_proxies_after_its_owner_crashed(cluster, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from kafkaproof.cluster import procs, process
 from kafkaproof.errors import ApplicationError
-from kafkaproof.run.services import ServiceFleet, ServiceSpec, substitute
+from kafkaproof.run.services import ServiceFleet, ServiceSpec
 
 pytestmark = pytest.mark.unit
 
@@ -29,10 +29,6 @@ def http_service(**kw) -> ServiceSpec:
 
 def alive(pid: int) -> bool:
     return process.state_of(process.ref_for(pid)) != "dead" if process.start_ticks(pid) else False
-
-
-def test_only_known_placeholders_are_substituted():
-    assert substitute('{"a": 1} {port} {other}', {"port": "8080"}) == '{"a": 1} 8080 {other}'
 
 
 def test_a_spec_needs_exactly_one_readiness_check():

@@ -12,7 +12,7 @@ import pytest
 
 from kafkaproof.errors import KafkaproofError, ScenarioError
 from kafkaproof.spec.application import (ACCEPTED, INDEFINITE, REJECTED, Identity, classify, failure_kind,
-                                         parse_identity, parse_request)
+                                         fill_placeholders, parse_identity, parse_request)
 
 pytestmark = pytest.mark.unit
 
@@ -142,6 +142,10 @@ def test_a_request_template_renders_event_and_run_values():
     assert request.body_bytes == b'{"id": "e-7", "seq": 7, "kafka": "127.0.0.1:9092"}'
     assert parse_request({"url": "http://h/x", "method": "put"}, "w").render(RUN, "a", 1).body_bytes == b""
     assert parse_request({"url": "http://h/x", "method": "put"}, "w").method == "PUT"
+
+
+def test_only_known_placeholders_are_substituted():
+    assert fill_placeholders('{"a": 1} {port} {other} ${port}', {"port": "8080"}) == '{"a": 1} 8080 {other} $8080'
 
 
 @pytest.mark.parametrize("section, names", [

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import pyarrow as pa
 
 from ..errors import ApplicationError
-from ..spec.application import ACCEPTED, REJECTED, ApplicationSection, fill_placeholders
+from ..spec.application import ACCEPTED, REJECTED, ApplicationSection, event_seq, fill_placeholders
 from ..spec.ledger import READS, make_value_id
 from . import example_app
 from .app_ledger import EventDecoder, event_index, not_applicable, sends_from_http, value_id_of
@@ -104,9 +104,10 @@ class AppRun:
         self._drive_error: BaseException | None = None
         self.poller: ProcessedPoller | None = None
         self.decoders: dict[str, EventDecoder] = {}
-        self.processed_decoder: EventDecoder | None = None
         self.processed_reads: pa.Table | None = None
+        # Filled in place by `index_events` once the drive is done: the processed decoder holds it.
         self.index: dict[str, int] = {}
+        self.processed_decoder = _processed_decoder(section, run_id, self.index)
         self.started_ns: int | None = None
 
     # --- services
@@ -147,8 +148,6 @@ class AppRun:
                 fetch = http_fetch(fill_placeholders(processed.url, {**self.placeholders, **ports}), processed.pointer)
             else:
                 fetch = postgres_fetch(processed.dsn, processed.query)
-            # The decoder needs the event ids: they are `{run_id}-{seq}`, known before any request.
-            self.processed_decoder = EventDecoder(self.section.identity, _LazyIndex(self))
             self.poller = ProcessedPoller(fetch, self.processed_decoder, processed.poll_s,
                                           clock_offset_ns=self.clock_offset_ns).start()
         self._drive_thread = threading.Thread(target=self._drive, name="kp-http-drive", daemon=True)
@@ -195,7 +194,9 @@ class AppRun:
         self.processed_reads = self.poller.table()
 
     def index_events(self) -> None:
-        self.index = event_index(self.http_sends(), PRODUCER)
+        """The run's event index from the requests sent (in place: the processed decoder reads it)."""
+        self.index.clear()
+        self.index.update(event_index(self.http_sends(), PRODUCER))
 
     def drain_audit(self, bootstrap: str, topic: str, timeout_s: float,
                     connection: Mapping[str, Any] | None) -> tuple[list[dict], dict[str, dict]]:
@@ -221,7 +222,6 @@ class AppRun:
         if processed is None:
             return READS.empty_table()
         if processed.source == "topic":
-            self.processed_decoder = value_id_of(processed.identity or self.section.identity, self.index)
             table, _ = reads_from_topic(bootstrap, processed.topic, self.processed_decoder, timeout_s,
                                         connection, self.clock_offset_ns)
             return table
@@ -265,22 +265,34 @@ class AppRun:
 
 
 class _LazyIndex(Mapping):
-    """The run's event index as the poller sees it while the drive runs: ids `{run_id}-{seq}`."""
+    """The run's event index as a poller sees it while the drive runs: every id of the driver's form
+    (`spec.application.event_id`), known before any request."""
 
-    def __init__(self, app: AppRun) -> None:
-        self.app = app
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
 
     def __getitem__(self, event_id: str) -> int:
-        prefix = f"{self.app.run_id}-"
-        if not event_id.startswith(prefix) or not event_id[len(prefix):].isdigit():
+        seq = event_seq(self.run_id, event_id)
+        if seq is None:
             raise KeyError(event_id)
-        return make_value_id(PRODUCER, int(event_id[len(prefix):]))
+        return make_value_id(PRODUCER, seq)
 
     def __iter__(self):
         return iter(())
 
     def __len__(self) -> int:
         return 0
+
+
+def _processed_decoder(section: ApplicationSection, run_id: str, index: Mapping[str, int]) -> EventDecoder | None:
+    """The decoder of what the consumer side processed (None without a source). A polled source (HTTP,
+    PostgreSQL) is read while the drive runs, so it looks ids up by their form; an output topic is read
+    after the drive, by `index`, the requests actually sent."""
+    processed = section.processed
+    if processed is None:
+        return None
+    return EventDecoder(processed.identity or section.identity,
+                        index if processed.source == "topic" else _LazyIndex(run_id))
 
 
 def _describe_identity(section: ApplicationSection) -> str:

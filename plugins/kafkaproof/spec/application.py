@@ -210,6 +210,20 @@ class RequestTemplate:
                                sub(self.body))
 
 
+def event_id(run_id: str, seq: int) -> str:
+    """Pure: the id of the run's event number `seq` (the driver's default `{id}`): `<run_id>-<seq>`."""
+    return f"{run_id}-{seq}"
+
+
+def event_seq(run_id: str, id: str) -> int | None:
+    """Pure: the inverse of `event_id`: the seq whose `event_id(run_id, seq)` is `id`, None for any other id."""
+    prefix = f"{run_id}-"
+    digits = id[len(prefix):] if id.startswith(prefix) else ""
+    if not (digits.isascii() and digits.isdigit()) or str(int(digits)) != digits:
+        return None
+    return int(digits)
+
+
 def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
     """Pure: `text` with each `{name}` found in `values` substituted; other `{...}` kept as written."""
     return PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), text)

@@ -263,13 +263,17 @@ class ServiceFleet:
             raise
 
     def stop_all(self) -> None:
-        """SIGTERM every instance's group (SIGKILL after the grace period) and forget them in the registry."""
-        running = [inst for inst in self.instances.values() if inst.ref is not None]
-        for inst in running:  # signal all first so they stop in parallel
+        """SIGTERM every instance's group (SIGKILL after the grace period to what is left of it, children that
+        outlived their leader included) and forget them in the registry."""
+        for inst in self.instances.values():
+            if inst.popen is not None:
+                inst.popen.poll()  # reap a dead leader so it reads as dead
+        groups = [(inst, pgid) for inst in self.instances.values()
+                  if inst.ref is not None and (pgid := process.led_group(inst.ref)) is not None]
+        for inst, _ in groups:  # signal all first so they stop in parallel
             if inst.signal_group(signal.SIGCONT):
                 inst.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
-        for inst in running:
-            if not inst.wait_gone(max(0.0, deadline - time.monotonic())) and inst.signal_group(signal.SIGKILL):
-                inst.wait_gone(5.0)
+        for inst, pgid in groups:
+            process.terminate_group(inst.ref, pgid, max(0.0, deadline - time.monotonic()), reap=inst.popen.poll)
         procs.unregister(self.owner)

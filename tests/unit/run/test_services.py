@@ -120,3 +120,15 @@ def test_a_crashed_run_s_services_are_stopped_by_the_registry(tmp_path):
     fleet.instances[("web", 0)].popen.wait(5)  # reap it: we are its parent in this test
     assert not alive(pid) and procs.entries() == []
     assert os.path.exists(tmp_path / "services" / "web-0.log")
+
+
+def test_children_that_outlive_their_service_are_stopped_with_it(tmp_path):
+    # The shell ends on SIGTERM; its child ignores SIGTERM and would be left running without the group's SIGKILL.
+    spec = ServiceSpec("wrapper", ["sh", "-c", "(trap '' TERM; exec sleep 60) & echo child $!; wait"],
+                       ready_log=r"^child \d+$", ready_timeout_s=10)
+    with ServiceFleet([spec], tmp_path, "r2-services", grace_s=1.0) as fleet:
+        fleet.start(RUN)
+        leader = fleet.pid("wrapper", 0)
+        child = int((tmp_path / "services" / "wrapper-0.log").read_text().split()[1])
+        assert alive(child)
+    assert not alive(leader) and not alive(child) and procs.entries() == []

@@ -145,7 +145,8 @@ class AppRun:
         if processed is not None and processed.source in ("http", "postgres"):
             if processed.source == "http":
                 ports = {"port": self.port(processed.service)} if processed.service else {}
-                fetch = http_fetch(fill_placeholders(processed.url, {**self.placeholders, **ports}), processed.pointer)
+                fetch = http_fetch(fill_placeholders(processed.url, {**self.placeholders, **ports}), processed.pointer,
+                                   records=processed.records, topic=self.placeholders["topic"])
             else:
                 fetch = postgres_fetch(processed.dsn, processed.query)
             self.poller = ProcessedPoller(fetch, self.processed_decoder, processed.poll_s,
@@ -249,11 +250,18 @@ class AppRun:
                       "messages": self.section.drive.messages, "duration_s": self.section.drive.duration_s},
             "identity": _describe_identity(self.section),
             "processed": None if processed is None else {"source": processed.source, **(
-                {"url": processed.url, "poll_s": processed.poll_s} if processed.source == "http" else
+                {"url": processed.url, "poll_s": processed.poll_s,
+                 "records": processed.records.as_dict() if processed.records else None}
+                if processed.source == "http" else
                 {"topic": processed.topic} if processed.source == "topic" else {"query": processed.query})},
             "decode": {iso: d.counts.as_dict() for iso, d in self.decoders.items()},
-            "not_applicable": not_applicable(processed.source if processed else None),
+            "not_applicable": not_applicable(processed.source if processed else None,
+                                             read_offsets=processed is not None and processed.read_offsets),
         }
+        if processed is not None and processed.read_offsets and self.processed_reads is not None:
+            # Reads without a position (another topic, no id, no usable offset) are out of the offset checks.
+            placed = self.processed_reads.column("offset").drop_null()
+            out["processed_positions"] = {"with": len(placed), "without": self.processed_reads.num_rows - len(placed)}
         if self.processed_decoder is not None:
             out["processed_decode"] = self.processed_decoder.counts.as_dict()
         if self.poller is not None:

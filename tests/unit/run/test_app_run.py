@@ -11,7 +11,7 @@ from kafkaproof.errors import ApplicationError
 from kafkaproof.run.app_run import AppRun, identity_error, rejected_before, resolve_example_app
 from kafkaproof.run.http_driver import HTTP_SENDS
 from kafkaproof.spec.application import parse_application
-from kafkaproof.spec.ledger import make_value_id
+from kafkaproof.spec.ledger import READS, make_value_id
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +81,22 @@ def test_an_output_topic_is_decoded_by_the_requests_sent_with_the_one_decoder(tm
     app.index_events()
     assert app.processed_decoder is decoder and decoder(b"r-1", None) == make_value_id(0, 1)
     assert decoder(b"r-2", None) == -1  # of the id form, but never sent
+
+
+def test_processed_records_with_positions_make_the_offset_checks_applicable(tmp_path):
+    url = "http://127.0.0.1:1/processed/records"
+    without = app_run(tmp_path, {"http": {"url": url}}).manifest()
+    assert {"redeliveries", "inconsistent_offsets", "observed_duplicates"} <= set(without["not_applicable"])
+    assert without["processed"]["records"] is None
+    records = {"id": "/id", "partition": "/partition", "offset": "/offset", "topic": "/topic"}
+    app = app_run(tmp_path, {"http": {"url": url, "records": records}})
+    app.processed_reads = pa.Table.from_pylist([
+        {"consumer": 0, "generation": -1, "partition": p, "offset": o, "value_id": 1, "read_ns": 1, "poll_id": 0}
+        for p, o in ((0, 4), (None, None))], schema=READS)
+    manifest = app.manifest()
+    na = manifest["not_applicable"]
+    assert not {"redeliveries", "inconsistent_offsets", "observed_duplicates"} & set(na)
+    assert "consumer's rebalances" in na["poll_skips"] and "exposes neither" not in na["poll_skips"]
+    assert {"not_delivered", "ack_offset_mismatch"} & set(na) == {"ack_offset_mismatch"}
+    assert manifest["processed"]["records"] == records
+    assert manifest["processed_positions"] == {"with": 1, "without": 1}

@@ -134,8 +134,17 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 def terminate_group(ref: ProcessRef, pgid: int, grace_s: float = 10.0, reap=None) -> None:
     """`terminate` for a process leading group `pgid` (`led_group(ref)`, taken while it ran): every process of
-    the group gets SIGCONT and SIGTERM, and SIGKILL after `grace_s` if any is left, so children that outlive
-    the leader go with it. Children that left the group (their own `setsid`) are not followed."""
+    the group gets SIGCONT and SIGTERM, then `kill_group_after`."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        if not signal_group(pgid, sig):
+            return
+    kill_group_after(ref, pgid, grace_s, reap)
+
+
+def kill_group_after(ref: ProcessRef, pgid: int, grace_s: float, reap=None) -> None:
+    """Wait up to `grace_s` until the leader `ref` and every process of its group `pgid` are gone, then SIGKILL
+    what is left of the group, so children that outlive the leader go with it. Children that left the group
+    (their own `setsid`) are not followed."""
     def gone() -> bool:
         if reap:
             reap()
@@ -148,9 +157,6 @@ def terminate_group(ref: ProcessRef, pgid: int, grace_s: float = 10.0, reap=None
                 return False
             time.sleep(0.05)
         return True
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        if not signal_group(pgid, sig):
-            return
     if not wait(grace_s) and signal_group(pgid, signal.SIGKILL):
         wait(5.0)
 

@@ -275,5 +275,5 @@ class ServiceFleet:
                 inst.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         for inst, pgid in groups:
-            process.terminate_group(inst.ref, pgid, max(0.0, deadline - time.monotonic()), reap=inst.popen.poll)
+            process.kill_group_after(inst.ref, pgid, max(0.0, deadline - time.monotonic()), reap=inst.popen.poll)
         procs.unregister(self.owner)

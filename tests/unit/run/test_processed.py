@@ -214,7 +214,8 @@ EXAMPLE_RECORDS = RecordPointers(id="/id", partition="/partition", offset="/offs
 
 
 def processed(id: object, offset: int, topic: str = "signups", partition: int = 0) -> dict:
-    return {"id": id, "topic": topic, "partition": partition, "offset": offset, "processedAtMs": 1_790_000_000_000 + offset}
+    return {"id": id, "topic": topic, "partition": partition, "offset": offset,
+            "processedAtMs": 1_790_000_000_000 + offset}
 
 
 def test_records_listed_with_positions_become_reads_at_those_offsets(endpoint):

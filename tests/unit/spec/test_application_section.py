@@ -170,7 +170,8 @@ def _set(path: str, value):
     (_set("processed.http.poll_s", 0), "application.processed.http.poll_s: must be a number > 0"),
     (_set("processed.http.records", ["/id"]), "application.processed.http.records: must be a mapping with id, "
                                               "partition, offset, topic, time_ms"),
-    (_set("processed.http.records", {"partition": "/p", "offset": "/o"}), "application.processed.http.records.id: required"),
+    (_set("processed.http.records", {"partition": "/p", "offset": "/o"}),
+     "application.processed.http.records.id: required"),
     (_set("processed.http.records", {"id": "id"}),
      "application.processed.http.records.id: 'id' is not an RFC 6901 JSON pointer"),
     (_set("processed.http.records", {"id": ""}),

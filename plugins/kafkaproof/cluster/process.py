@@ -101,6 +101,66 @@ def terminate(ref: ProcessRef | None, grace_s: float = 10.0, reap=None) -> None:
         wait_dead(ref, 5.0, reap)
 
 
+def led_group(ref: ProcessRef) -> int | None:
+    """The process group `ref` leads (its pgid is its pid, e.g. started with `start_new_session`) while it
+    runs; None when it is gone, leads none, or the group is our own (never ours to signal)."""
+    if state_of(ref) == "dead":
+        return None
+    fields = _stat_fields(ref.pid)
+    pgid = int(fields[2]) if fields else None  # field 5 of /proc/<pid>/stat
+    return pgid if pgid == ref.pid and pgid != os.getpgrp() else None
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes (not zombies) in process group `pgid`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        fields = _stat_fields(int(entry)) if entry.isdigit() else None
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X", "x"):
+            members.append(int(entry))
+    return members
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal every process of group `pgid` (from `led_group`); False when the group is empty."""
+    if pgid == os.getpgrp():
+        raise ValueError(f"process group {pgid} is kafkaproof's own; refusing to signal it")
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def terminate_group(ref: ProcessRef, pgid: int, grace_s: float = 10.0, reap=None) -> None:
+    """`terminate` for a process leading group `pgid` (`led_group(ref)`, taken while it ran): every process of
+    the group gets SIGCONT and SIGTERM, then `kill_group_after`."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        if not signal_group(pgid, sig):
+            return
+    kill_group_after(ref, pgid, grace_s, reap)
+
+
+def kill_group_after(ref: ProcessRef, pgid: int, grace_s: float, reap=None) -> None:
+    """Wait up to `grace_s` until the leader `ref` and every process of its group `pgid` are gone, then SIGKILL
+    what is left of the group, so children that outlive the leader go with it. Children that left the group
+    (their own `setsid`) are not followed."""
+    def gone() -> bool:
+        if reap:
+            reap()
+        return state_of(ref) == "dead" and not group_members(pgid)
+
+    def wait(timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not gone():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+    if not wait(grace_s) and signal_group(pgid, signal.SIGKILL):
+        wait(5.0)
+
+
 def module_env() -> dict[str, str]:
     """This process's environment, with the directory that holds the `kafkaproof` package first on
     PYTHONPATH: for `python -m kafkaproof...` helpers (proxies, disks) started from any working directory."""

@@ -5,7 +5,8 @@ of a run (producers, consumers) and the Spark drivers kafkaproof launches are re
 JSON file per owner at `<state>/processes/<owner>.json`, with pid **and** kernel start time
 (`process.ProcessRef`), before anything relies on them. When their owner crashes,
 `kafkaproof cluster down --all` (`stop_all`) or the teardown of the cluster they ran against
-(`stop_for_cluster`) stops them; a pid reused by another process is never signalled.
+(`stop_for_cluster`) stops them, each with its process group when it leads one (`stop_owner`); a
+pid reused by another process is never signalled.
 """
 from __future__ import annotations
 
@@ -80,15 +81,26 @@ def live(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def stop_owner(owner: str, grace_s: float = 10.0) -> list[str]:
-    """Stop every live process of `owner` (SIGCONT, SIGTERM, SIGKILL after `grace_s`); forget the owner."""
+    """Stop every live process of `owner` (SIGCONT, SIGTERM, SIGKILL after `grace_s`); forget the owner.
+
+    A process that leads a process group of its own (services and run workers start in a session of
+    their own) is stopped with its whole group, so children that would outlive it (a service's
+    `sh -c` wrapper's JVM, its helpers) go too; any other is signalled alone."""
     entry = _load(_path(owner))
     stopped = []
-    procs = live(entry) if entry else []
-    for p in procs:  # signal all first so they stop in parallel
+    refs = [(p, ProcessRef(p["pid"], p["start_ticks"])) for p in (live(entry) if entry else [])]
+    groups = {ref: process.led_group(ref) for _, ref in refs}  # decided while each still runs
+    for _, ref in refs:  # signal all first so they stop in parallel; a paused one cannot stop
         with contextlib.suppress(ProcessLookupError, FaultError):
-            process.send_signal(ProcessRef(p["pid"], p["start_ticks"]), signal.SIGCONT)  # a paused one cannot stop
-    for p in procs:
-        process.terminate(ProcessRef(p["pid"], p["start_ticks"]), grace_s=grace_s)
+            if groups[ref] is not None:
+                process.signal_group(groups[ref], signal.SIGCONT)
+            else:
+                process.send_signal(ref, signal.SIGCONT)
+    for p, ref in refs:
+        if groups[ref] is not None:
+            process.terminate_group(ref, groups[ref], grace_s=grace_s)
+        else:
+            process.terminate(ref, grace_s=grace_s)
         stopped.append(f"{p['role']} (pid {p['pid']})")
     if stopped:
         log.info("stopped the leftover processes of %s: %s", owner, ", ".join(stopped))

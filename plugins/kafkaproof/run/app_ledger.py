@@ -194,6 +194,8 @@ NO_SEND_POSITION = "the application's answer to a request names no partition and
 NO_READ_POSITION = "what the consumer side processed comes without the partition and offset of each record"
 NO_POLLS = ("poll order needs the offsets of each processed record and the consumer's rebalances; "
             "the application exposes neither")
+NO_REBALANCES = ("poll order needs the consumer's rebalances besides the offsets of each processed record; "
+                 "the application does not expose them")
 
 
 def not_applicable(processed: str | None, *, read_offsets: bool = False, consumer_events: bool = False,
@@ -230,7 +232,7 @@ def not_applicable(processed: str | None, *, read_offsets: bool = False, consume
                                "(an event processed twice shows as read_count > 1 in values.parquet)")
     if processed is None or not (read_offsets and consumer_events):
         for kind in ("poll_skips", "poll_rewinds", "poll_inversion"):
-            out[kind] = NO_POLLS
+            out[kind] = NO_REBALANCES if processed is not None and read_offsets else NO_POLLS
     if not causal_sends:
         out["reordering"] = ("requests are sent concurrently, so their seq order is not the order the "
                              "application took them; map each driver worker to a producer of its own")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import pyarrow as pa
 
 from ..errors import ApplicationError
-from ..spec.application import ACCEPTED, REJECTED, ApplicationSection, fill_placeholders
+from ..spec.application import ACCEPTED, REJECTED, ApplicationSection, event_seq, fill_placeholders
 from ..spec.ledger import READS, make_value_id
 from . import example_app
 from .app_ledger import EventDecoder, event_index, not_applicable, sends_from_http, value_id_of
@@ -104,9 +104,10 @@ class AppRun:
         self._drive_error: BaseException | None = None
         self.poller: ProcessedPoller | None = None
         self.decoders: dict[str, EventDecoder] = {}
-        self.processed_decoder: EventDecoder | None = None
         self.processed_reads: pa.Table | None = None
+        # Filled in place by `index_events` once the drive is done: the processed decoder holds it.
         self.index: dict[str, int] = {}
+        self.processed_decoder = _processed_decoder(section, run_id, self.index)
         self.started_ns: int | None = None
 
     # --- services
@@ -144,11 +145,10 @@ class AppRun:
         if processed is not None and processed.source in ("http", "postgres"):
             if processed.source == "http":
                 ports = {"port": self.port(processed.service)} if processed.service else {}
-                fetch = http_fetch(fill_placeholders(processed.url, {**self.placeholders, **ports}), processed.pointer)
+                fetch = http_fetch(fill_placeholders(processed.url, {**self.placeholders, **ports}), processed.pointer,
+                                   records=processed.records, topic=self.placeholders["topic"])
             else:
                 fetch = postgres_fetch(processed.dsn, processed.query)
-            # The decoder needs the event ids: they are `{run_id}-{seq}`, known before any request.
-            self.processed_decoder = EventDecoder(self.section.identity, _LazyIndex(self))
             self.poller = ProcessedPoller(fetch, self.processed_decoder, processed.poll_s,
                                           clock_offset_ns=self.clock_offset_ns).start()
         self._drive_thread = threading.Thread(target=self._drive, name="kp-http-drive", daemon=True)
@@ -195,7 +195,9 @@ class AppRun:
         self.processed_reads = self.poller.table()
 
     def index_events(self) -> None:
-        self.index = event_index(self.http_sends(), PRODUCER)
+        """The run's event index from the requests sent (in place: the processed decoder reads it)."""
+        self.index.clear()
+        self.index.update(event_index(self.http_sends(), PRODUCER))
 
     def drain_audit(self, bootstrap: str, topic: str, timeout_s: float,
                     connection: Mapping[str, Any] | None) -> tuple[list[dict], dict[str, dict]]:
@@ -221,7 +223,6 @@ class AppRun:
         if processed is None:
             return READS.empty_table()
         if processed.source == "topic":
-            self.processed_decoder = value_id_of(processed.identity or self.section.identity, self.index)
             table, _ = reads_from_topic(bootstrap, processed.topic, self.processed_decoder, timeout_s,
                                         connection, self.clock_offset_ns)
             return table
@@ -249,11 +250,18 @@ class AppRun:
                       "messages": self.section.drive.messages, "duration_s": self.section.drive.duration_s},
             "identity": _describe_identity(self.section),
             "processed": None if processed is None else {"source": processed.source, **(
-                {"url": processed.url, "poll_s": processed.poll_s} if processed.source == "http" else
+                {"url": processed.url, "poll_s": processed.poll_s,
+                 "records": processed.records.as_dict() if processed.records else None}
+                if processed.source == "http" else
                 {"topic": processed.topic} if processed.source == "topic" else {"query": processed.query})},
             "decode": {iso: d.counts.as_dict() for iso, d in self.decoders.items()},
-            "not_applicable": not_applicable(processed.source if processed else None),
+            "not_applicable": not_applicable(processed.source if processed else None,
+                                             read_offsets=processed is not None and processed.read_offsets),
         }
+        if processed is not None and processed.read_offsets and self.processed_reads is not None:
+            # Reads without a position (another topic, no id, no usable offset) are out of the offset checks.
+            placed = self.processed_reads.column("offset").drop_null()
+            out["processed_positions"] = {"with": len(placed), "without": self.processed_reads.num_rows - len(placed)}
         if self.processed_decoder is not None:
             out["processed_decode"] = self.processed_decoder.counts.as_dict()
         if self.poller is not None:
@@ -265,22 +273,34 @@ class AppRun:
 
 
 class _LazyIndex(Mapping):
-    """The run's event index as the poller sees it while the drive runs: ids `{run_id}-{seq}`."""
+    """The run's event index as a poller sees it while the drive runs: every id of the driver's form
+    (`spec.application.event_id`), known before any request."""
 
-    def __init__(self, app: AppRun) -> None:
-        self.app = app
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
 
     def __getitem__(self, event_id: str) -> int:
-        prefix = f"{self.app.run_id}-"
-        if not event_id.startswith(prefix) or not event_id[len(prefix):].isdigit():
+        seq = event_seq(self.run_id, event_id)
+        if seq is None:
             raise KeyError(event_id)
-        return make_value_id(PRODUCER, int(event_id[len(prefix):]))
+        return make_value_id(PRODUCER, seq)
 
     def __iter__(self):
         return iter(())
 
     def __len__(self) -> int:
         return 0
+
+
+def _processed_decoder(section: ApplicationSection, run_id: str, index: Mapping[str, int]) -> EventDecoder | None:
+    """The decoder of what the consumer side processed (None without a source). A polled source (HTTP,
+    PostgreSQL) is read while the drive runs, so it looks ids up by their form; an output topic is read
+    after the drive, by `index`, the requests actually sent."""
+    processed = section.processed
+    if processed is None:
+        return None
+    return EventDecoder(processed.identity or section.identity,
+                        index if processed.source == "topic" else _LazyIndex(run_id))
 
 
 def _describe_identity(section: ApplicationSection) -> str:

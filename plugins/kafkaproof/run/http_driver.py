@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 import pyarrow as pa
 
 from ..spec.application import ACCEPTED, OUTCOMES, RequestTemplate, classify, failure_kind
+from ..spec.application import event_id as run_event_id
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +141,9 @@ def drive(template: RequestTemplate, run: Mapping[str, str], rate: float, *, mes
     """Send one request per event at `rate` per second, open loop, and return one `HTTP_SENDS` row per
     request sent, in seq order. `run` holds the template's bootstrap, topic, group, run_id; at least
     one of `messages` (count) and `duration_s` (last intended time) bounds it, the other defaults
-    from `rate`. Event ids are `{run_id}-{seq}` unless `event_id(seq)` says otherwise. `timeout_s` is
-    the socket timeout of each connect and read. Progress is logged every `progress_s` seconds.
+    from `rate`. Event ids are `spec.application.event_id(run_id, seq)` (`<run_id>-<seq>`) unless
+    `event_id(seq)` says otherwise. `timeout_s` is the socket timeout of each connect and read.
+    Progress is logged every `progress_s` seconds.
     ValueError for bad bounds; an exception that is not about the connection is raised after the
     workers stopped."""
     if not rate > 0 or workers < 1 or not timeout_s > 0:
@@ -153,7 +155,7 @@ def drive(template: RequestTemplate, run: Mapping[str, str], rate: float, *, mes
     total = messages if messages is not None else math.ceil(rate * duration_s)  # type: ignore[operator]
     if duration_s is not None:
         total = min(total, math.ceil(rate * duration_s))  # intended times 0 .. < duration_s
-    ids = event_id or (lambda seq: f"{run['run_id']}-{seq}")
+    ids = event_id or (lambda seq: run_event_id(run["run_id"], seq))
     stop = stop or threading.Event()
     halt = threading.Event()  # stop, or a worker's unexpected exception
     clock = _Clock()

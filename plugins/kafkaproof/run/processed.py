@@ -1,12 +1,14 @@
 """What the application's consumer side processed, as ledger READS rows (issue 39); a run uses it through `run/app_run.py`.
 
 A black-box application exposes what it processed in one of three ways (the scenario's
-`application.processed`): an HTTP endpoint listing the processed ids, an output topic, or a
-PostgreSQL query. None of them says which offset of the input topic was processed, so every row
-has `partition` and `offset` null (the Spark job then leaves them out of its position and offset
-checks: `app_ledger.not_applicable` says which checks cannot be judged, and why), consumer 0,
-generation -1, and the value id of its event by the run's event index (`app_ledger.EventDecoder`;
--1, counted, for an id that is not one of the run's events).
+`application.processed`): an HTTP endpoint listing the processed ids (or records: objects with the
+id and, with `records` pointers, the input topic's partition and offset and the processing time), an
+output topic, or a PostgreSQL query. Only an HTTP list of records with positions says which offset
+of the input topic was processed; every other row has `partition` and `offset` null (the Spark job
+then leaves them out of its position and offset checks: `app_ledger.not_applicable` says which
+checks cannot be judged, and why). Every row has consumer 0, generation -1, and the value id of its
+event by the run's event index (`app_ledger.EventDecoder`; -1, counted, for an id that is not one of
+the run's events).
 
 - `ProcessedPoller` polls a source (`http_fetch`, `postgres_fetch`) every `poll_s` in a thread of
   its own, and once more when stopped; each processed record becomes one row at the time it was
@@ -25,12 +27,12 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
 from ..errors import ApplicationError
-from ..spec.application import pointer_tokens
+from ..spec.application import MISSING, RecordPointers, at_pointer, pointer_tokens
 from ..spec.ledger import READS
 from .app_ledger import EventDecoder
 from .drain import drain
@@ -39,8 +41,17 @@ log = logging.getLogger(__name__)
 
 MODES = ("counts", "log", "distinct")
 NS_PER_MS = 1_000_000
-# One processed record as a source lists it: its id, and its processing time (wall-clock ns) if known.
-Item = tuple[Any, "int | None"]
+
+
+class Item(NamedTuple):
+    """One processed record as a source lists it: its id; its processing time (wall-clock ns), and the
+    input topic's partition and offset it was read at, when the source says."""
+    id: Any
+    processed_ns: int | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+
 Fetch = Callable[[], list[Item]]
 
 
@@ -78,7 +89,7 @@ def new_items(answer: Sequence[Item], mode: str, seen: _Seen) -> tuple[list[Item
     - `distinct`: one row per id, the first time it is listed."""
     if mode == "log":
         previous, seen.previous = seen.previous, list(answer)
-        if [i for i, _ in answer[:len(previous)]] == [i for i, _ in previous]:
+        if [item[0] for item in answer[:len(previous)]] == [item[0] for item in previous]:
             return list(answer[len(previous):]), False
         seen.incarnation += 1
         return list(answer), True
@@ -100,10 +111,11 @@ def _key(event_id: Any) -> Any:
 
 
 def read_row(value_id: int, read_ns: int, poll_id: int, incarnation: int = 0, consumer: int = 0,
-             key: str | None = None) -> dict[str, Any]:
-    """Pure: one READS row of an application's processed record: no partition, offset or poll position."""
+             key: str | None = None, partition: int | None = None, offset: int | None = None) -> dict[str, Any]:
+    """Pure: one READS row of an application's processed record: the input topic's partition and offset
+    when the source gives them, no poll position."""
     return {"consumer": consumer, "consumer_pid": None, "incarnation": incarnation, "generation": -1,
-            "partition": None, "offset": None, "key": key, "value_id": value_id, "read_ns": read_ns,
+            "partition": partition, "offset": offset, "key": key, "value_id": value_id, "read_ns": read_ns,
             "poll_id": poll_id, "poll_seq": None}
 
 
@@ -145,10 +157,11 @@ class ProcessedPoller:
             self.stats.items_last = len(answer)
             items, restarted = new_items(answer, self.mode, self._seen)
             self.stats.restarts += restarted
-            for event_id, processed_ns in items:
+            for event_id, processed_ns, partition, offset in items:
                 read_ns = now if processed_ns is None else processed_ns - self.clock_offset_ns
                 self._rows.append(read_row(self.decoder.id_value(event_id), read_ns, poll_id,
-                                           self._seen.incarnation if self.mode == "log" else 0, self.consumer))
+                                           self._seen.incarnation if self.mode == "log" else 0, self.consumer,
+                                           partition=partition, offset=offset))
             return len(items)
 
     def _loop(self) -> None:
@@ -187,23 +200,58 @@ class ProcessedPoller:
 def list_at(answer: Any, pointer: str, where: str) -> list[Any]:
     """Pure: the list at an RFC 6901 `pointer` of a parsed JSON answer; ApplicationError naming `where`
     when the pointer does not lead to a list."""
-    node = answer
-    for token in pointer_tokens(pointer):
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            raise ApplicationError(f"{where}: the answer has nothing at {pointer!r}")
+    node = at_pointer(answer, pointer_tokens(pointer))
+    if node is MISSING:
+        raise ApplicationError(f"{where}: the answer has nothing at {pointer!r}")
     if not isinstance(node, list):
         raise ApplicationError(f"{where}: expected a list of ids at {pointer or 'the top'!r}, got {type(node).__name__}")
     return node
 
 
-def http_fetch(url: str, pointer: str = "", timeout_s: float = 5.0) -> Fetch:
+def _position(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def record_items(listed: Sequence[Any], records: RecordPointers, topic: str | None = None,
+                 where: str = "processed records") -> list[Item]:
+    """Pure: the processed records of a list of objects, each field read by its pointer in `records`.
+
+    An object without an id at `records.id` gives the object itself as the id (not a string: the decoder
+    counts it unreadable and shows it), anything but an object None. A record has a position only when
+    it has an id, both its partition and offset are integers >= 0 and, with `records.topic`, its topic is
+    `topic` (the run's input topic); otherwise both are None (an unidentified read at an offset would
+    look like another value there). A processing time at `records.time_ms` is epoch
+    milliseconds (null or absent: none); ValueError naming `where` and the pointer for anything else."""
+    tokens = {name: pointer_tokens(pointer) for name, pointer in records.as_dict().items()}
+    items: list[Item] = []
+    for element in listed:
+        def at(name: str) -> Any:
+            found = at_pointer(element, tokens[name]) if name in tokens else MISSING
+            return None if found is MISSING else found
+        event_id = at("id")
+        partition, offset = _position(at("partition")), _position(at("offset"))
+        if (event_id is None or partition is None or offset is None
+                or (records.topic is not None and at("topic") != topic)):
+            partition = offset = None
+        if event_id is None and isinstance(element, dict):
+            event_id = element
+        try:
+            processed_ns = wall_ns(at("time_ms"))
+        except ValueError as e:
+            raise ValueError(f"{where}: {records.time_ms}: {e}") from None
+        items.append(Item(event_id, processed_ns, partition, offset))
+    return items
+
+
+def http_fetch(url: str, pointer: str = "", timeout_s: float = 5.0, records: RecordPointers | None = None,
+               topic: str | None = None) -> Fetch:
     """A fetch for `ProcessedPoller`: GET `url`, the JSON answer's list of processed ids (at `pointer`;
-    "" is the answer itself). ApplicationError for a non-2xx answer, one that is not JSON or has no list there."""
+    "" is the answer itself) or, with `records`, of processed records (`record_items`, with the run's
+    input `topic`). ApplicationError for a non-2xx answer, one that is not JSON or has no list there;
+    ValueError for a processing time that is not epoch milliseconds (a failed poll)."""
     pointer_tokens(pointer)  # a bad pointer is refused now, not at every poll
+    if records is not None and records.topic is not None and topic is None:
+        raise ValueError("records with a topic pointer need the run's topic to compare with")
 
     def fetch() -> list[Item]:
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
@@ -216,7 +264,8 @@ def http_fetch(url: str, pointer: str = "", timeout_s: float = 5.0) -> Fetch:
             parsed = json.loads(body)
         except ValueError:
             raise ApplicationError(f"GET {url}: the answer is not JSON: {body[:80]!r}") from None
-        return [(i, None) for i in list_at(parsed, pointer, f"GET {url}")]
+        listed = list_at(parsed, pointer, f"GET {url}")
+        return [Item(i) for i in listed] if records is None else record_items(listed, records, topic, f"GET {url}")
     return fetch
 
 
@@ -241,7 +290,7 @@ def rows_to_items(rows: Sequence[Sequence[Any]], where: str) -> list[Item]:
         if len(row) not in (1, 2):
             raise ApplicationError(f"{where}: a row has {len(row)} columns; the query returns the id and "
                                  "optionally the processing time")
-        items.append((row[0], wall_ns(row[1]) if len(row) == 2 else None))
+        items.append(Item(row[0], wall_ns(row[1]) if len(row) == 2 else None))
     return items
 
 

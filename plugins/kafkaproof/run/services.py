@@ -26,11 +26,10 @@ from ..cluster import procs, process
 from ..cluster.external import free_ports
 from ..cluster.process import ProcessRef
 from ..errors import ApplicationError
-from ..spec.application import PLACEHOLDER, RUN_PLACEHOLDERS
+from ..spec.application import RUN_PLACEHOLDERS, fill_placeholders
 
 ROLE = "service"
 LOG_TAIL_LINES = 10
-SERVICE_PLACEHOLDERS = RUN_PLACEHOLDERS + ("instance", "port")
 
 
 @dataclass(frozen=True)
@@ -62,11 +61,6 @@ class ServiceSpec:
                 raise ApplicationError(f"service {self.name}: ready_log {self.ready_log!r} is not a regex: {e}") from None
 
 
-def substitute(text: str, values: Mapping[str, str]) -> str:
-    """Pure: `text` with each `{name}` of `values` replaced; any other `{...}` is kept as it is."""
-    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
-
-
 @dataclass
 class _Instance:
     spec: ServiceSpec
@@ -85,7 +79,7 @@ class _Instance:
 
     def readiness(self) -> str:
         if self.spec.ready_url is not None:
-            return f"HTTP GET {substitute(self.spec.ready_url, self.values)} answering 2xx"
+            return f"HTTP GET {fill_placeholders(self.spec.ready_url, self.values)} answering 2xx"
         return f"a log line matching {self.spec.ready_log!r}"
 
     def log_tail(self) -> str:
@@ -102,7 +96,7 @@ class _Instance:
                 text = f.read().decode(errors="replace")
             return re.search(self.spec.ready_log, text, re.MULTILINE) is not None
         try:
-            with urllib.request.urlopen(substitute(self.spec.ready_url, self.values), timeout=1.0) as r:
+            with urllib.request.urlopen(fill_placeholders(self.spec.ready_url, self.values), timeout=1.0) as r:
                 return 200 <= r.status < 300
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # HTTPError: non-2xx
             return False
@@ -180,8 +174,8 @@ class ServiceFleet:
 
     def _launch(self, inst: _Instance) -> None:
         spec = inst.spec
-        argv = [substitute(a, inst.values) for a in spec.argv]
-        env = {**os.environ, **{k: substitute(v, inst.values) for k, v in spec.env.items()}}
+        argv = [fill_placeholders(a, inst.values) for a in spec.argv]
+        env = {**os.environ, **{k: fill_placeholders(v, inst.values) for k, v in spec.env.items()}}
         with open(inst.log_path, "ab") as log_file:
             inst.log_offset = log_file.tell()
             try:
@@ -269,13 +263,17 @@ class ServiceFleet:
             raise
 
     def stop_all(self) -> None:
-        """SIGTERM every instance's group (SIGKILL after the grace period) and forget them in the registry."""
-        running = [inst for inst in self.instances.values() if inst.ref is not None]
-        for inst in running:  # signal all first so they stop in parallel
+        """SIGTERM every instance's group (SIGKILL after the grace period to what is left of it, children that
+        outlived their leader included) and forget them in the registry."""
+        for inst in self.instances.values():
+            if inst.popen is not None:
+                inst.popen.poll()  # reap a dead leader so it reads as dead
+        groups = [(inst, pgid) for inst in self.instances.values()
+                  if inst.ref is not None and (pgid := process.led_group(inst.ref)) is not None]
+        for inst, _ in groups:  # signal all first so they stop in parallel
             if inst.signal_group(signal.SIGCONT):
                 inst.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
-        for inst in running:
-            if not inst.wait_gone(max(0.0, deadline - time.monotonic())) and inst.signal_group(signal.SIGKILL):
-                inst.wait_gone(5.0)
+        for inst, pgid in groups:
+            process.kill_group_after(inst.ref, pgid, max(0.0, deadline - time.monotonic()), reap=inst.popen.poll)
         procs.unregister(self.owner)

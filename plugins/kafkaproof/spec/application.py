@@ -87,16 +87,9 @@ class Identity:
         if text is None:
             return None
         try:
-            node: Any = json.loads(text)
+            node = at_pointer(json.loads(text), self.tokens)
         except ValueError:
             return None
-        for token in self.tokens:
-            if isinstance(node, dict) and token in node:
-                node = node[token]
-            elif isinstance(node, list) and _INDEX.fullmatch(token) and int(token) < len(node):
-                node = node[int(token)]
-            else:
-                return None
         if isinstance(node, bool) or not isinstance(node, (str, int)):
             return None
         return str(node)
@@ -112,6 +105,22 @@ def pointer_tokens(pointer: str) -> tuple[str, ...]:
     if _POINTER_ESCAPE.search(pointer):
         raise ValueError("'~' must be escaped as ~0 ('/' as ~1)")
     return tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/"))
+
+
+MISSING = object()  # `at_pointer`: nothing there (a JSON null is None)
+
+
+def at_pointer(node: Any, tokens: tuple[str, ...]) -> Any:
+    """Pure: what the reference tokens of a JSON pointer (`pointer_tokens`) lead to in a parsed JSON
+    document; MISSING when they lead nowhere (no such member, an index out of range or not decimal)."""
+    for token in tokens:
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and _INDEX.fullmatch(token) and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return MISSING
+    return node
 
 
 def parse_identity(data: Any, where: str) -> Identity:
@@ -210,6 +219,20 @@ class RequestTemplate:
                                sub(self.body))
 
 
+def event_id(run_id: str, seq: int) -> str:
+    """Pure: the id of the run's event number `seq` (the driver's default `{id}`): `<run_id>-<seq>`."""
+    return f"{run_id}-{seq}"
+
+
+def event_seq(run_id: str, id: str) -> int | None:
+    """Pure: the inverse of `event_id`: the seq whose `event_id(run_id, seq)` is `id`, None for any other id."""
+    prefix = f"{run_id}-"
+    digits = id[len(prefix):] if id.startswith(prefix) else ""
+    if not (digits.isascii() and digits.isdigit()) or str(int(digits)) != digits:
+        return None
+    return int(digits)
+
+
 def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
     """Pure: `text` with each `{name}` found in `values` substituted; other `{...}` kept as written."""
     return PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), text)
@@ -264,11 +287,12 @@ DEFAULT_DRIVE_TIMEOUT_S = 5.0
 DEFAULT_POLL_S = 1.0
 READY_FORMS = ("http", "log")
 PROCESSED_SOURCES = ("http", "topic", "postgres")
+RECORD_FIELDS = ("id", "partition", "offset", "topic", "time_ms")
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 APPLICATION_FIELDS = ("services", "drive", "identity", "processed")
 SERVICE_FIELDS = ("name", "command", "cwd", "env", "instances", "ready", "ready_timeout_s")
 DRIVE_FIELDS = ("service", "request", "rate", "messages", "duration_s", "timeout_s")
-PROCESSED_FIELDS = {"http": ("url", "service", "poll_s", "pointer"), "topic": ("name", "identity"),
+PROCESSED_FIELDS = {"http": ("url", "service", "poll_s", "pointer", "records"), "topic": ("name", "identity"),
                     "postgres": ("dsn", "query")}
 
 
@@ -300,17 +324,46 @@ class DriveSection:
 
 
 @dataclass(frozen=True)
+class RecordPointers:
+    """Where the fields of each processed record are when an HTTP source lists objects: RFC 6901 JSON
+    pointers into one object. `id` always; `partition` and `offset` together (where in the input topic
+    the record was read); `topic` only with them: a record of another topic has no position in the run's;
+    `time_ms` the processing time in epoch milliseconds."""
+    id: str
+    partition: str | None = None
+    offset: str | None = None
+    topic: str | None = None
+    time_ms: str | None = None
+
+    @property
+    def positions(self) -> bool:
+        """Whether each record says where in the input topic it was read."""
+        return self.partition is not None
+
+    def as_dict(self) -> dict[str, str]:
+        """The pointers given, for a manifest."""
+        return {name: pointer for name, pointer in vars(self).items() if pointer is not None}
+
+
+@dataclass(frozen=True)
 class ProcessedSection:
-    """How kafkaproof sees what the consumer side processed: `source` is http, topic or postgres, with its fields."""
+    """How kafkaproof sees what the consumer side processed: `source` is http, topic or postgres, with its
+    fields; `records` (http only): the list holds objects, read by these pointers, not bare ids."""
     source: str
     url: str | None = None
     service: str | None = None
     poll_s: float = DEFAULT_POLL_S
     pointer: str = ""
+    records: RecordPointers | None = None
     topic: str | None = None
     identity: Identity | None = None
     dsn: str | None = None
     query: str | None = None
+
+    @property
+    def read_offsets(self) -> bool:
+        """Whether each processed record comes with the input topic's partition and offset."""
+        return self.records is not None and self.records.positions
 
 
 @dataclass(frozen=True)
@@ -454,6 +507,27 @@ def _parse_drive(data: Any, where: str, names: tuple[str, ...]) -> DriveSection:
                         _number(data, "timeout_s", where, DEFAULT_DRIVE_TIMEOUT_S))
 
 
+def _parse_records(data: Any, where: str) -> RecordPointers:
+    """`processed.http.records` at `where`: RecordPointers; ScenarioError naming the field otherwise."""
+    data = _mapping(data, where, RECORD_FIELDS, ("id",))
+    for name, pointer in data.items():
+        if not isinstance(pointer, str) or not pointer:
+            raise ScenarioError(f"{where}.{name}: must be a JSON pointer into each listed object, e.g. /{name}; "
+                                f"got {pointer!r}")
+        try:
+            pointer_tokens(pointer)
+        except ValueError as e:
+            raise ScenarioError(f"{where}.{name}: {pointer!r} is not an RFC 6901 JSON pointer: {e}") from None
+    if ("partition" in data) != ("offset" in data):
+        given, missing = ("partition", "offset") if "partition" in data else ("offset", "partition")
+        raise ScenarioError(f"{where}.{missing}: required with {given}: a record's position in the input topic "
+                            f"is its partition and offset")
+    if "topic" in data and "partition" not in data:
+        raise ScenarioError(f"{where}.topic: only with partition and offset (it says which topic they are "
+                            f"positions of)")
+    return RecordPointers(**{str(k): v for k, v in data.items()})
+
+
 def _parse_processed(data: Any, where: str, names: tuple[str, ...], identity: Identity) -> ProcessedSection:
     if not isinstance(data, Mapping) or len(data) != 1 or next(iter(data)) not in PROCESSED_SOURCES:
         raise ScenarioError(f"{where}: must be a mapping with exactly one of {', '.join(PROCESSED_SOURCES)}; "
@@ -471,8 +545,10 @@ def _parse_processed(data: Any, where: str, names: tuple[str, ...], identity: Id
         except (ValueError, AttributeError, TypeError):
             raise ScenarioError(f"{at}.pointer: {pointer!r} is not an RFC 6901 JSON pointer (\"\" is the whole "
                                 f"answer, /ids a field)") from None
+        records = _parse_records(section["records"], f"{at}.records") if "records" in section else None
         return ProcessedSection("http", url=url, service=service or None,
-                                poll_s=_number(section, "poll_s", at, DEFAULT_POLL_S), pointer=pointer)
+                                poll_s=_number(section, "poll_s", at, DEFAULT_POLL_S), pointer=pointer,
+                                records=records)
     if source == "topic":
         section = _mapping(section, at, PROCESSED_FIELDS["topic"], ("name",))
         name = section["name"]

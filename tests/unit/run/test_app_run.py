@@ -8,8 +8,10 @@ import pyarrow as pa
 import pytest
 
 from kafkaproof.errors import ApplicationError
-from kafkaproof.run.app_run import identity_error, rejected_before, resolve_example_app
+from kafkaproof.run.app_run import AppRun, identity_error, rejected_before, resolve_example_app
 from kafkaproof.run.http_driver import HTTP_SENDS
+from kafkaproof.spec.application import parse_application
+from kafkaproof.spec.ledger import READS, make_value_id
 
 pytestmark = pytest.mark.unit
 
@@ -55,3 +57,46 @@ def test_an_identity_that_matches_no_record_is_an_error_with_an_example():
                      "(3 unreadable, 0 with an id that is not one of the run's events); e.g. b'{\"user\": \"a\"}'")
     assert identity_error({**counts, "matched": 1}, "x", "key") is None
     assert identity_error({**counts, "unreadable": 0}, "x", "key") is None  # an empty topic: nothing to match
+
+
+def app_run(tmp_path: Path, processed: dict) -> AppRun:
+    section = parse_application({
+        "services": [{"name": "web", "command": ["true"], "ready": {"log": "up"}}],
+        "drive": {"request": {"url": "http://127.0.0.1:1/e"}, "rate": 10, "messages": 3},
+        "identity": {"key": True}, "processed": processed}, "app.yaml: application", tmp_path)
+    return AppRun(section, tmp_path, "r", "app.yaml: application")
+
+
+def test_a_polled_source_is_decoded_by_the_id_form_while_the_drive_runs(tmp_path):
+    decoder = app_run(tmp_path, {"http": {"url": "http://127.0.0.1:1/processed"}}).processed_decoder
+    assert [decoder.id_value(i) for i in ("r-3", "r-03", "q-3", 3)] == [make_value_id(0, 3), -1, -1, -1]
+    assert (decoder.counts.matched, decoder.counts.foreign) == (1, 3)
+
+
+def test_an_output_topic_is_decoded_by_the_requests_sent_with_the_one_decoder(tmp_path):
+    app = app_run(tmp_path, {"topic": {"name": "out"}})
+    decoder = app.processed_decoder
+    assert decoder(b"r-1", None) == -1  # nothing sent yet
+    app._http = sends([(1, "accepted", 200, None), (2, "accepted", 200, None)])
+    app.index_events()
+    assert app.processed_decoder is decoder and decoder(b"r-1", None) == make_value_id(0, 1)
+    assert decoder(b"r-2", None) == -1  # of the id form, but never sent
+
+
+def test_processed_records_with_positions_make_the_offset_checks_applicable(tmp_path):
+    url = "http://127.0.0.1:1/processed/records"
+    without = app_run(tmp_path, {"http": {"url": url}}).manifest()
+    assert {"redeliveries", "inconsistent_offsets", "observed_duplicates"} <= set(without["not_applicable"])
+    assert without["processed"]["records"] is None
+    records = {"id": "/id", "partition": "/partition", "offset": "/offset", "topic": "/topic"}
+    app = app_run(tmp_path, {"http": {"url": url, "records": records}})
+    app.processed_reads = pa.Table.from_pylist([
+        {"consumer": 0, "generation": -1, "partition": p, "offset": o, "value_id": 1, "read_ns": 1, "poll_id": 0}
+        for p, o in ((0, 4), (None, None))], schema=READS)
+    manifest = app.manifest()
+    na = manifest["not_applicable"]
+    assert not {"redeliveries", "inconsistent_offsets", "observed_duplicates"} & set(na)
+    assert "consumer's rebalances" in na["poll_skips"] and "exposes neither" not in na["poll_skips"]
+    assert {"not_delivered", "ack_offset_mismatch"} & set(na) == {"ack_offset_mismatch"}
+    assert manifest["processed"]["records"] == records
+    assert manifest["processed_positions"] == {"with": 1, "without": 1}

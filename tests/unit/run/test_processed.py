@@ -15,16 +15,18 @@ import pytest
 from kafkaproof.errors import ApplicationError
 from kafkaproof.run.app_ledger import value_id_of
 from kafkaproof.run.processed import (
+    Item,
     ProcessedPoller,
     _Seen,
     http_fetch,
     list_at,
     new_items,
     reads_from_records,
+    record_items,
     rows_to_items,
     wall_ns,
 )
-from kafkaproof.spec.application import parse_identity
+from kafkaproof.spec.application import RecordPointers, parse_identity
 from kafkaproof.spec.ledger import READS
 
 pytestmark = pytest.mark.unit
@@ -179,7 +181,7 @@ def test_bad_arguments_are_refused():
 def test_query_rows_with_processing_times_move_to_the_ledger_clock():
     when = datetime(2026, 11, 26, 20, 0, tzinfo=timezone.utc)
     items = rows_to_items([("e-0", when), ("e-1", 1_790_000_000_123), ("e-2",)], "q")
-    assert items == [("e-0", int(when.timestamp()) * 10**9), ("e-1", 1_790_000_000_123 * 10**6), ("e-2", None)]
+    assert items == [Item("e-0", int(when.timestamp()) * 10**9), Item("e-1", 1_790_000_000_123 * 10**6), Item("e-2")]
     assert wall_ns(when.replace(tzinfo=None)) == items[0][1]  # naive: UTC
     with pytest.raises(ApplicationError, match="a row has 3 columns"):
         rows_to_items([("e-0", None, 1)], "q")
@@ -204,3 +206,45 @@ def test_output_topic_records_become_reads_without_input_positions():
         {"consumer": 0, "consumer_pid": None, "incarnation": 0, "generation": -1, "partition": None, "offset": None,
          "key": None, "value_id": -1, "read_ns": None, "poll_id": 0, "poll_seq": None}]
     assert isinstance(table, pa.Table)
+
+
+# signup-processor's GET /processed/records: Jackson's form of ProcessedStore.Processed.
+EXAMPLE_RECORDS = RecordPointers(id="/id", partition="/partition", offset="/offset", topic="/topic",
+                                 time_ms="/processedAtMs")
+
+
+def processed(id: object, offset: int, topic: str = "signups", partition: int = 0) -> dict:
+    return {"id": id, "topic": topic, "partition": partition, "offset": offset,
+            "processedAtMs": 1_790_000_000_000 + offset}
+
+
+def test_records_listed_with_positions_become_reads_at_those_offsets(endpoint):
+    poller = ProcessedPoller(http_fetch(endpoint.url, records=EXAMPLE_RECORDS, topic="signups"), decoder(),
+                             clock=Clock(), clock_offset_ns=10**18)
+    endpoint.answer = (200, [processed("e-0", 0), processed("e-1", 1)])
+    assert poller.poll() == 2
+    endpoint.answer = (200, [processed("e-0", 0), processed("e-1", 1), processed("e-1", 1), processed("e-2", 2)])
+    assert poller.poll() == 2  # e-1 processed again at the same offset: a redelivery the job can now count
+    rows = poller.table().to_pylist()
+    assert [(r["value_id"], r["partition"], r["offset"], r["poll_id"]) for r in rows] == [
+        (100, 0, 0, 0), (101, 0, 1, 0), (101, 0, 1, 1), (102, 0, 2, 1)]
+    assert rows[3]["read_ns"] == (1_790_000_000_000 + 2) * 10**6 - 10**18  # the processing time, on the ledger clock
+    assert poller.decoder.counts.matched == 4
+
+
+def test_a_record_without_a_usable_position_keeps_its_id_without_one():
+    listed = [processed("e-0", 5, topic="signups.DLT"),  # another topic's offset: no position in the run's
+              {**processed("e-1", 0), "offset": -1}, {**processed("e-2", 0), "partition": True},
+              {"topic": "signups", "partition": 0, "offset": 3},  # no id: the object, counted as unreadable
+              "e-4", {**processed("e-5", 7), "processedAtMs": None}]
+    items = record_items(listed, EXAMPLE_RECORDS, "signups")
+    assert [(i.partition, i.offset) for i in items] == [(None, None)] * 5 + [(0, 7)]
+    assert [i.id for i in items] == ["e-0", "e-1", "e-2", listed[3], None, "e-5"]
+    assert items[5].processed_ns is None
+    # Without a topic pointer every position is taken as the input topic's; without positions, ids only.
+    assert record_items(listed[:1], RecordPointers(id="/id", partition="/partition", offset="/offset"))[0].offset == 5
+    assert record_items([{"event": {"id": "e-1"}}], RecordPointers(id="/event/id")) == [Item("e-1")]
+    with pytest.raises(ValueError, match=r"GET x: /processedAtMs: .*epoch milliseconds; got 'today'"):
+        record_items([{**processed("e-0", 0), "processedAtMs": "today"}], EXAMPLE_RECORDS, "signups", "GET x")
+    with pytest.raises(ValueError, match="need the run's topic"):
+        http_fetch("http://127.0.0.1:1/", records=EXAMPLE_RECORDS)

@@ -8,7 +8,7 @@ import pytest
 
 from kafkaproof.cluster import procs, process
 from kafkaproof.errors import ApplicationError
-from kafkaproof.run.services import ServiceFleet, ServiceSpec, substitute
+from kafkaproof.run.services import ServiceFleet, ServiceSpec
 
 pytestmark = pytest.mark.unit
 
@@ -29,10 +29,6 @@ def http_service(**kw) -> ServiceSpec:
 
 def alive(pid: int) -> bool:
     return process.state_of(process.ref_for(pid)) != "dead" if process.start_ticks(pid) else False
-
-
-def test_only_known_placeholders_are_substituted():
-    assert substitute('{"a": 1} {port} {other}', {"port": "8080"}) == '{"a": 1} 8080 {other}'
 
 
 def test_a_spec_needs_exactly_one_readiness_check():
@@ -124,3 +120,15 @@ def test_a_crashed_run_s_services_are_stopped_by_the_registry(tmp_path):
     fleet.instances[("web", 0)].popen.wait(5)  # reap it: we are its parent in this test
     assert not alive(pid) and procs.entries() == []
     assert os.path.exists(tmp_path / "services" / "web-0.log")
+
+
+def test_children_that_outlive_their_service_are_stopped_with_it(tmp_path):
+    # The shell ends on SIGTERM; its child ignores SIGTERM and would be left running without the group's SIGKILL.
+    spec = ServiceSpec("wrapper", ["sh", "-c", "(trap '' TERM; exec sleep 60) & echo child $!; wait"],
+                       ready_log=r"^child \d+$", ready_timeout_s=10)
+    with ServiceFleet([spec], tmp_path, "r2-services", grace_s=1.0) as fleet:
+        fleet.start(RUN)
+        leader = fleet.pid("wrapper", 0)
+        child = int((tmp_path / "services" / "wrapper-0.log").read_text().split()[1])
+        assert alive(child)
+    assert not alive(leader) and not alive(child) and procs.entries() == []

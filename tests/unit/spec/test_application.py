@@ -12,7 +12,7 @@ import pytest
 
 from kafkaproof.errors import KafkaproofError, ScenarioError
 from kafkaproof.spec.application import (ACCEPTED, INDEFINITE, REJECTED, Identity, classify, failure_kind,
-                                         parse_identity, parse_request)
+                                         event_id, event_seq, fill_placeholders, parse_identity, parse_request)
 
 pytestmark = pytest.mark.unit
 
@@ -142,6 +142,20 @@ def test_a_request_template_renders_event_and_run_values():
     assert request.body_bytes == b'{"id": "e-7", "seq": 7, "kafka": "127.0.0.1:9092"}'
     assert parse_request({"url": "http://h/x", "method": "put"}, "w").render(RUN, "a", 1).body_bytes == b""
     assert parse_request({"url": "http://h/x", "method": "put"}, "w").method == "PUT"
+
+
+def test_event_ids_of_a_run_and_their_inverse():
+    assert event_id("r42", 7) == "r42-7"
+    assert [event_seq("r42", event_id("r42", seq)) for seq in (0, 7, 10**9)] == [0, 7, 10**9]
+    # Not an id this run's driver gives: another run's (even one whose id starts like this one), not
+    # decimal, not the canonical form.
+    for other in ("r4-7", "r42-", "r42-x", "r42-07", "r42--1", "r42-\u00b2", "r42-7 ", "r42-1-2"):
+        assert event_seq("r42", other) is None, other
+    assert event_seq("r42-1", "r42-1-2") == 2
+
+
+def test_only_known_placeholders_are_substituted():
+    assert fill_placeholders('{"a": 1} {port} {other} ${port}', {"port": "8080"}) == '{"a": 1} 8080 {other} $8080'
 
 
 @pytest.mark.parametrize("section, names", [

@@ -13,7 +13,7 @@ from kafkaproof.errors import ScenarioError
 from kafkaproof.spec import fault_families
 from kafkaproof.spec import scenario as scenario_mod
 from kafkaproof.spec.application import (ApplicationSection, DriveSection, Identity, ProcessedSection,
-                                         RequestTemplate, ServiceSection, check_application_host,
+                                         RecordPointers, RequestTemplate, ServiceSection, check_application_host,
                                          parse_application)
 
 pytestmark = pytest.mark.unit
@@ -91,6 +91,20 @@ def test_processed_from_a_topic_takes_the_application_identity_unless_given_and_
                                                      query="select id from processed")
 
 
+def test_processed_http_records_with_positions_make_offsets_known():
+    data = section()
+    data["processed"]["http"]["records"] = {"id": "/id", "partition": "/partition", "offset": "/offset",
+                                            "topic": "/topic", "time_ms": "/processedAtMs"}
+    processed = parse(data).processed
+    assert processed.records == RecordPointers("/id", "/partition", "/offset", "/topic", "/processedAtMs")
+    assert processed.read_offsets and processed.records.as_dict()["time_ms"] == "/processedAtMs"
+    data["processed"]["http"]["records"] = {"id": "/signup/id", "time_ms": "/at"}  # objects, no positions
+    processed = parse(data).processed
+    assert processed.records == RecordPointers("/signup/id", time_ms="/at") and not processed.read_offsets
+    del data["processed"]["http"]["records"]
+    assert parse(data).processed.records is None and not parse(data).processed.read_offsets
+
+
 def _set(path: str, value):
     """A change to the valid section: `path` a dotted path (list indexes as numbers), value None deletes."""
     def change(data: dict) -> None:
@@ -154,6 +168,24 @@ def _set(path: str, value):
     (_set("processed.http.url", "http://127.0.0.1:{port}/p/{id}"), "application.processed.http.url: unknown placeholder {id}"),
     (_set("processed.http.pointer", "ids"), "application.processed.http.pointer: 'ids' is not an RFC 6901 JSON pointer"),
     (_set("processed.http.poll_s", 0), "application.processed.http.poll_s: must be a number > 0"),
+    (_set("processed.http.records", ["/id"]), "application.processed.http.records: must be a mapping with id, "
+                                              "partition, offset, topic, time_ms"),
+    (_set("processed.http.records", {"partition": "/p", "offset": "/o"}),
+     "application.processed.http.records.id: required"),
+    (_set("processed.http.records", {"id": "id"}),
+     "application.processed.http.records.id: 'id' is not an RFC 6901 JSON pointer"),
+    (_set("processed.http.records", {"id": ""}),
+     "application.processed.http.records.id: must be a JSON pointer into each listed object, e.g. /id"),
+    (_set("processed.http.records", {"id": "/id", "offset": 3}),
+     "application.processed.http.records.offset: must be a JSON pointer"),
+    (_set("processed.http.records", {"id": "/id", "partition": "/partition"}),
+     "application.processed.http.records.offset: required with partition"),
+    (_set("processed.http.records", {"id": "/id", "offset": "/offset"}),
+     "application.processed.http.records.partition: required with offset"),
+    (_set("processed.http.records", {"id": "/id", "topic": "/topic"}),
+     "application.processed.http.records.topic: only with partition and offset"),
+    (_set("processed.http.records", {"id": "/id", "time": "/at"}),
+     "application.processed.http.records.time: not a field here; allowed: id, partition, offset, topic, time_ms"),
     (_set("processed", {"topic": {"name": "a b"}}), "application.processed.topic.name: 'a b' is not a topic name"),
     (_set("processed", {"topic": {}}), "application.processed.topic.name: required"),
     (_set("processed", {"postgres": {"dsn": "postgresql://x", "query": " "}}),

@@ -149,7 +149,7 @@ class AppRun:
                 fetch = postgres_fetch(processed.dsn, processed.query)
             # The decoder needs the event ids: they are `{run_id}-{seq}`, known before any request.
             self.processed_decoder = EventDecoder(self.section.identity, _LazyIndex(self))
-            self.poller = ProcessedPoller(fetch, self.processed_decoder, processed.poll_s,
+            self.poller = ProcessedPoller(fetch, self.processed_decoder, processed.poll_s, mode=processed.mode,
                                           clock_offset_ns=self.clock_offset_ns).start()
         self._drive_thread = threading.Thread(target=self._drive, name="kp-http-drive", daemon=True)
         self._drive_thread.start()
@@ -249,7 +249,7 @@ class AppRun:
                       "messages": self.section.drive.messages, "duration_s": self.section.drive.duration_s},
             "identity": _describe_identity(self.section),
             "processed": None if processed is None else {"source": processed.source, **(
-                {"url": processed.url, "poll_s": processed.poll_s} if processed.source == "http" else
+                {"url": processed.url, "poll_s": processed.poll_s, "mode": processed.mode} if processed.source == "http" else
                 {"topic": processed.topic} if processed.source == "topic" else {"query": processed.query})},
             "decode": {iso: d.counts.as_dict() for iso, d in self.decoders.items()},
             "not_applicable": not_applicable(processed.source if processed else None),

@@ -30,14 +30,14 @@ from typing import Any, Callable, Mapping, Sequence
 import pyarrow as pa
 
 from ..errors import ApplicationError
-from ..spec.application import pointer_tokens
+from ..spec.application import PROCESSED_MODES, pointer_tokens
 from ..spec.ledger import READS
 from .app_ledger import EventDecoder
 from .drain import drain
 
 log = logging.getLogger(__name__)
 
-MODES = ("counts", "log", "distinct")
+MODES = PROCESSED_MODES
 NS_PER_MS = 1_000_000
 # One processed record as a source lists it: its id, and its processing time (wall-clock ns) if known.
 Item = tuple[Any, "int | None"]

@@ -79,6 +79,13 @@ def test_the_port_is_filled_in_before_each_request_is_rendered():
     assert template.render(run, "e-7", 7).body == '{"id": "e-7", "n": 7}'
 
 
+def test_an_http_list_is_read_as_counts_unless_its_mode_says_log_or_distinct():
+    data = section()
+    assert parse(data).processed.mode == "counts"
+    data["processed"]["http"]["mode"] = "log"
+    assert parse(data).processed.mode == "log"
+
+
 def test_processed_from_a_topic_takes_the_application_identity_unless_given_and_postgres_its_query():
     data = section()
     data["processed"] = {"topic": {"name": "signups-processed"}}
@@ -154,6 +161,8 @@ def _set(path: str, value):
     (_set("processed.http.url", "http://127.0.0.1:{port}/p/{id}"), "application.processed.http.url: unknown placeholder {id}"),
     (_set("processed.http.pointer", "ids"), "application.processed.http.pointer: 'ids' is not an RFC 6901 JSON pointer"),
     (_set("processed.http.poll_s", 0), "application.processed.http.poll_s: must be a number > 0"),
+    (_set("processed.http.mode", "append"), "application.processed.http.mode: 'append' is not a mode; allowed: "
+                                            "counts, log, distinct"),
     (_set("processed", {"topic": {"name": "a b"}}), "application.processed.topic.name: 'a b' is not a topic name"),
     (_set("processed", {"topic": {}}), "application.processed.topic.name: required"),
     (_set("processed", {"postgres": {"dsn": "postgresql://x", "query": " "}}),

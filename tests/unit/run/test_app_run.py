@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from kafkaproof.errors import ApplicationError
-from kafkaproof.run.app_run import identity_error, rejected_before, resolve_example_app
+from kafkaproof.run.app_run import PollingFleet, identity_error, rejected_before, resolve_example_app
 from kafkaproof.run.http_driver import HTTP_SENDS
 
 pytestmark = pytest.mark.unit
@@ -55,3 +55,32 @@ def test_an_identity_that_matches_no_record_is_an_error_with_an_example():
                      "(3 unreadable, 0 with an id that is not one of the run's events); e.g. b'{\"user\": \"a\"}'")
     assert identity_error({**counts, "matched": 1}, "x", "key") is None
     assert identity_error({**counts, "unreadable": 0}, "x", "key") is None  # an empty topic: nothing to match
+
+
+class _Calls:
+    """A stand-in for the AppRun and its fleet: records the calls in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.fleet = self
+        self.instances = {("signup-processor", 0): object()}
+
+    def poll_before_end(self, name):
+        self.calls.append(("poll", name))
+
+    def __getattr__(self, action):
+        return lambda *args: self.calls.append((action, *args))
+
+
+def test_a_fault_that_ends_an_instance_polls_the_processed_list_first_and_a_pause_does_not():
+    app = _Calls()
+    fleet = PollingFleet(app)
+    fleet.kill("signup-processor", 0)
+    fleet.terminate("signup-processor", 0, 5.0)
+    fleet.restart("signup-processor", 0)
+    fleet.stop("signup-processor", 0)
+    assert app.calls == [("poll", "signup-processor"), ("kill", "signup-processor", 0),
+                         ("poll", "signup-processor"), ("terminate", "signup-processor", 0, 5.0),
+                         ("poll", "signup-processor"), ("restart", "signup-processor", 0),
+                         ("stop", "signup-processor", 0)]
+    assert fleet.instances == app.instances

@@ -255,7 +255,7 @@ class AppRun:
         what the drain could not match, and the checks that do not apply, each with its reason."""
         processed = self.section.processed
         out: dict[str, Any] = {
-            "services": [{"name": name, "instance": i, "port": inst.port, "argv": list(inst.spec.argv),
+            "services": [{"name": name, "instance": i, "port": inst.port, "argv": inst.argv,
                           "log": str(inst.log_path.relative_to(self.run_dir))}
                          for (name, i), inst in self.fleet.instances.items()],
             "drive": {"service": self.section.drive.service or None, "rate": self.section.drive.rate,

@@ -3,7 +3,7 @@ example application built with real Maven and driven over real HTTP, analysed by
 judged by the GX suites; and a service that never becomes ready, which ends the run as an error naming it
 with nothing left running.
 
-The consumer-kill pair is the basic form in `make test` (~2.5 min: two runs of ~50 s and one Spark
+The consumer-kill pair is the basic form in `make test` (137 s: runs of 53 and 58 s and one Spark
 submit); the rest is marked `long`: the first build of the example downloads Spring Boot into ~/.m2,
 and each service takes ~5-10 s to start beside three brokers.
 """

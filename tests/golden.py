@@ -712,6 +712,31 @@ def undelivered_fixed() -> Golden:
     return g
 
 
+def reprocessed() -> Golden:
+    """The duplicates history claimed `processed_once` under at-least-once: the copy in the log is allowed,
+    but the consumer processed the value twice (both copies), which the claim forbids."""
+    g = duplicates()
+    g.name, g.guarantee, g.claims = "reprocessed", "at-least-once", {"processed_once": {}}
+    g.counts = {"duplicates": 1, "reprocessed": 1}
+    g.value_ids = {"duplicates": list(g.value_ids["duplicates"]), "reprocessed": list(g.value_ids["duplicates"])}
+    return g
+
+
+def processed_once() -> Golden:
+    """The same claim, and an idempotent application consumer (run/processed.py's reads: no partition or
+    offset): the value is in the log twice but listed as processed once; passes."""
+    g = duplicates()
+    g.name, g.guarantee, g.claims, g.status = "processed_once", "at-least-once", {"processed_once": {}}, "pass"
+    seen: set[int] = set()
+    reads = []
+    for r in g.rows["reads"]:
+        if r["value_id"] not in seen:  # the consumer skips an id it processed before
+            seen.add(r["value_id"])
+            reads.append({**r, "partition": None, "offset": None, "poll_seq": None, "generation": -1})
+    g.rows["reads"] = reads
+    return g
+
+
 def fault_without_effect() -> Golden:
     """A lost-ack rule that never fired and a leader change that never happened: the run tested nothing.
 
@@ -838,6 +863,8 @@ GOLDENS: dict[str, Callable[[], Golden]] = {f.__name__: f for f in (
 
 # Issue 36.2 and 36.4 (registered apart from the list above, which other changes extend too).
 GOLDENS.update({f.__name__: f for f in (poll_skip_kept, poll_inversion)})
+# Issue 39: an application's claim about processing.
+GOLDENS.update({f.__name__: f for f in (reprocessed, processed_once)})
 
 # Issue 36.1, .3, .5, .7 and .8.
 GOLDENS.update({f.__name__: f for f in (

@@ -200,7 +200,7 @@ KIND_CLASSES = {"lost": "hard", "lost_unconfirmed": "soft", "unseen": "incomplet
                 "observed_duplicates": "soft",
                 "indefinite_landed": "info", "inconsistent_offsets": "hard", "ack_offset_mismatch": "hard",
                 "reordering": "soft", "poll_skips": "soft", "poll_rewinds": "soft", "poll_inversion": "hard",
-                "unknown_values": "hard", "undelivered_attempts": "soft"}
+                "unknown_values": "hard", "undelivered_attempts": "soft", "reprocessed": "soft"}
 
 
 def metrics(anomalies: list[dict]) -> dict:

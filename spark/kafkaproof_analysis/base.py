@@ -31,6 +31,7 @@ KINDS: tuple[str, ...] = (
     "poll_inversion",
     "unknown_values",
     "undelivered_attempts",
+    "reprocessed",
 )
 
 # Value-level kinds: the values.parquet flag column that marks each.
@@ -46,6 +47,7 @@ VALUE_FLAGS: dict[str, str] = {
     "indefinite_landed": "indefinite_landed",
     "unknown_values": "unknown_value",
     "undelivered_attempts": "undelivered",
+    "reprocessed": "reprocessed",
 }
 
 PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))

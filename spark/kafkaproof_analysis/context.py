@@ -37,6 +37,7 @@ class RunContext:
     # Producers whose delivery reports carry offsets a broker assigned (not acks=0's made-up ones).
     producer_broker_offsets: dict[int, bool] = field(default_factory=dict)
     delivery_within_s: float | None = None  # claims.delivery: every attempted value delivered within this bound
+    processed_once: bool = False  # claims.processed_once: no consumer group processes a value twice
     exercised: list[dict[str, Any]] = field(default_factory=list)  # the scenario's own exercised conditions
     manifest: dict[str, Any] = field(repr=False, default_factory=dict)
     cached: list[DataFrame] = field(repr=False, default_factory=list)  # persisted for one run; unpersisted after
@@ -176,6 +177,7 @@ def build_context(run_dir: str, manifest: Mapping[str, Any]) -> RunContext:
         topic=manifest.get("topic") or (scenario.get("topic") or {}).get("name"),
         producer_broker_offsets=broker_offsets,
         delivery_within_s=None if delivery is None else float((delivery or {}).get("within_s", 60.0)),
+        processed_once="processed_once" in (scenario.get("claims") or {}),
         exercised=list(scenario.get("exercised") or []),
         manifest=dict(manifest),
     )

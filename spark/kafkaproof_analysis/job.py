@@ -140,11 +140,12 @@ def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
         "clients": ctx.manifest.get("clients"),
         "timestamps": (timestamp_regressions(audit) if any(f["kind"] in CLOCK_FAULT_KINDS for f in faults)
                        else None),
-        "claims": {} if ctx.delivery_within_s is None else {"delivery": {
+        "claims": {**({} if ctx.delivery_within_s is None else {"delivery": {
             "within_s": ctx.delivery_within_s, "undelivered": counts["undelivered_attempts"],
             "last_heal_s": None if last_heal_ns is None else (last_heal_ns - t0) / NS_PER_S,
             "leaderless_windows": [{**w, "start_s": (w["start_ns"] - t0) / NS_PER_S,
-                                    "end_s": (w["end_ns"] - t0) / NS_PER_S} for w in leaderless]}},
+                                    "end_s": (w["end_ns"] - t0) / NS_PER_S} for w in leaderless]}}),
+                   **({"processed_once": {"reprocessed": counts["reprocessed"]}} if ctx.processed_once else {})},
     }
     clock.mark("fault_metrics")
     metrics["job_seconds"], metrics["job_phases"] = clock.total(), clock.phases

@@ -107,9 +107,12 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
         delivered = (read_any == F.lit(ctx.groups_mask)) & F.coalesce(F.col("delivered_ns") <= deadline, F.lit(False))
         v = (v.withColumn("delivery_deadline_ns", deadline)
              .withColumn("undelivered", F.col("sent") & ~delivered))
+    # claims.processed_once: some group read the value more than once (each group in the mask read it at least once),
+    # at any offsets: a redelivery or a copy in the log, processed again.
+    v = v.withColumn("reprocessed", F.lit(ctx.processed_once) & (F.col("read_count") > F.bit_count(F.col("groups_mask"))))
     v = v.withColumn("position_suspect", position_suspect())
     for c in ("lost", "lost_unconfirmed", "unseen", "duplicate", "observed_duplicate", "not_delivered", "aborted_read",
-              "dirty_read", "indefinite_landed", "unknown_value", "undelivered", "position_suspect"):
+              "dirty_read", "indefinite_landed", "unknown_value", "undelivered", "reprocessed", "position_suspect"):
         v = v.withColumn(c, F.coalesce(F.col(c), F.lit(False)))
     # Where an observed duplicate was seen (null for every other value: a sparse column).
     seen_at = F.array_sort(F.array_distinct(F.array_compact(F.array(
@@ -123,7 +126,8 @@ def classify_values(sends: DataFrame, obs: DataFrame, ctx: RunContext, last_heal
         "read_count", "read_rc_count", "groups_mask", "first_read_ns", "delivered_ns", "delivery_deadline_ns",
         "sent", "expected", "reachable",
         "lost", "lost_unconfirmed", "unseen", "duplicate", "observed_duplicate", "not_delivered", "aborted_read",
-        "dirty_read", "indefinite_landed", "unknown_value", "undelivered", "position_suspect", "observed_offsets",
+        "dirty_read", "indefinite_landed", "unknown_value", "undelivered", "reprocessed", "position_suspect",
+        "observed_offsets",
     )
 
 
@@ -204,6 +208,8 @@ def value_anomalies(values: DataFrame, ctx: RunContext) -> DataFrame:
             F.when(F.col("error_name").isNotNull(), F.concat(F.lit(", "), F.col("error_name"))).otherwise(F.lit("")),
             F.when(F.col("groups_mask") == F.lit(ctx.groups_mask),
                    F.lit("read only after the claim's deadline")).otherwise(F.lit("never read by its consumers"))),
+        "reprocessed": F.format_string("processed %s times by %s consumer group(s); %s copies in the committed log",
+                                       F.col("read_count"), F.bit_count(F.col("groups_mask")), F.col("log_count")),
         "indefinite_landed": F.format_string("indefinite send (%s) is in the log at partition %s offset %s",
                                              F.col("error_name"), F.col("log_partition"), F.col("log_offset")),
         "unknown_values": F.format_string("never sent per sends.parquet; %s copies in the committed log, %s reads",

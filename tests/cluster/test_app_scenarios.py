@@ -1,10 +1,11 @@
-"""Application scenarios end to end (issue 39): the catalog's E6 pair on a real local cluster, the example
-application built with real Maven and driven over real HTTP, analysed by the real Spark job and judged by
-the GX suites; and a service that never becomes ready, which ends the run as an error naming it with
-nothing left running.
+"""Application scenarios end to end (issue 39): the catalog's `app` scenarios on a real local cluster, the
+example application built with real Maven and driven over real HTTP, analysed by the real Spark job and
+judged by the GX suites; and a service that never becomes ready, which ends the run as an error naming it
+with nothing left running.
 
-Marked `long`: the first build of the example downloads Spring Boot into ~/.m2, and each service takes
-~10 s to start beside three brokers.
+The consumer-kill pair is the basic form in `make test` (137 s: runs of 53 and 58 s and one Spark
+submit); the rest is marked `long`: the first build of the example downloads Spring Boot into ~/.m2,
+and each service takes ~5-10 s to start beside three brokers.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import pyarrow.parquet as pq
 import pytest
 
 from kafkaproof import analysis, pipeline
@@ -25,16 +27,20 @@ from kafkaproof.verdict.validation import format_result, validate
 
 from support import leftovers
 
-pytestmark = [pytest.mark.long, pytest.mark.cluster, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 
 log = logging.getLogger(__name__)
 
 PAIR = ("app-e6-answer-before-ack", "app-e6-wait-for-ack")
+KILL_PAIR = ("app-processor-killed-batch-ack", "app-processor-skips-poison")
+LOST_ACK_PAIR = ("app-lost-acks-processed-twice", "app-lost-acks-deduplicated")
 
 
-def test_the_e6_pair_detects_accepted_but_lost_signups_and_the_wait_for_ack_twin_passes(tmp_path):
+def run_and_judge(tmp_path, names: tuple[str, ...]) -> tuple[dict, dict]:
+    """Run each catalog scenario (each must complete), analyse them in one Spark submit, judge each:
+    (run dirs, verdicts) by name; prints the times and the application's counts."""
     runs = {}
-    for scn in pipeline.suite(names=list(PAIR)):
+    for scn in pipeline.suite(names=list(names)):
         started = time.monotonic()
         result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path)).execute()
         log.info("%s: %s in %.1f s", scn.name, result.status, time.monotonic() - started)
@@ -43,13 +49,66 @@ def test_the_e6_pair_detects_accepted_but_lost_signups_and_the_wait_for_ack_twin
         runs[scn.name] = result.run_dir
     started = time.monotonic()
     analysis.analyze_many(list(runs.values()), quiet=True)
-    print(f"[app] analysis of both in {time.monotonic() - started:.1f} s", flush=True)
+    print(f"[app] analysis of {len(runs)} in {time.monotonic() - started:.1f} s", flush=True)
     verdicts = {name: validate(run_dir, data_docs=False) for name, run_dir in runs.items()}
     for name, v in verdicts.items():
         manifest = json.loads((runs[name] / "manifest.json").read_text())
         print(f"[app] {format_result(v)}\n[app] requests {manifest['application']['requests']} "
               f"decode {manifest['application']['decode']['read_committed']['matched']} matched", flush=True)
+    return runs, verdicts
 
+
+def count(verdict, kind: str) -> int:
+    return next(r for r in verdict.rows if r.anomaly == kind).count
+
+
+def values(run_dir):
+    return pq.read_table(run_dir / "analysis" / "values.parquet").to_pandas()
+
+
+def test_a_killed_processor_redelivers_and_loses_nothing_and_one_that_skips_poison_is_caught(tmp_path):
+    runs, verdicts = run_and_judge(tmp_path, KILL_PAIR)
+    killed, poison = verdicts["app-processor-killed-batch-ack"], verdicts["app-processor-skips-poison"]
+    assert killed.status == "pass", format_result(killed)
+    assert count(killed, "not_delivered") == 0 and count(killed, "lost") == 0
+    assert [c["held"] for c in killed.exercised if c["check"] == "fault_took_effect"] == [True]
+    manifest = json.loads((runs["app-processor-killed-batch-ack"] / "manifest.json").read_text())
+    assert manifest["application"]["processed_polls"]["restarts"] >= 1  # the list began anew after the kill
+    v = values(runs["app-processor-killed-batch-ack"])
+    accepted = v[v.outcome == "ok"]
+    assert len(accepted) == manifest["application"]["requests"]["accepted"] > 0
+    assert (accepted.read_count >= 1).all()  # what an earlier life listed still counts at the end
+    print(f"[app] redelivered after the restart: {(v.read_count > 1).sum()}", flush=True)
+
+    assert poison.status == "pass", format_result(poison)  # the negative control found the skipped sign-ups
+    row = next(r for r in poison.rows if r.anomaly == "not_delivered")
+    assert row.expected_detected
+    v = values(runs["app-processor-skips-poison"])
+    sends = pq.read_table(runs["app-processor-skips-poison"] / "sends.parquet").to_pandas()
+    poisoned = set(sends[(sends.outcome == "ok") & (sends.seq % 10 == 7)].value_id)
+    assert poisoned and set(v[v.not_delivered].value_id) == poisoned  # exactly the ids ending in 7
+    assert not [e for e in procs.entries() if e.get("owner", "").endswith("-services")]
+
+
+@pytest.mark.long
+def test_lost_acks_put_signups_in_the_log_twice_processed_twice_unless_the_processor_deduplicates(tmp_path):
+    runs, verdicts = run_and_judge(tmp_path, LOST_ACK_PAIR)
+    twice, once = verdicts["app-lost-acks-processed-twice"], verdicts["app-lost-acks-deduplicated"]
+    assert twice.status == "pass", format_result(twice)  # the negative control found them
+    assert count(twice, "reprocessed") > 0 and count(twice, "duplicates") > 0
+    assert once.status == "pass", format_result(once)
+    assert count(once, "duplicates") > 0 and count(once, "reprocessed") == 0  # in the log twice, processed once
+    for name, run_dir in runs.items():
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        cluster = manifest["cluster"]
+        assert cluster["proxy"] and cluster["bootstrap_servers"] != cluster["direct_bootstrap"]
+        for service in manifest["application"]["services"]:  # {bootstrap} is the proxies' addresses
+            assert f"--spring.kafka.bootstrap-servers={cluster['bootstrap_servers']}" in service["argv"], name
+
+
+@pytest.mark.long
+def test_the_e6_pair_detects_accepted_but_lost_signups_and_the_wait_for_ack_twin_passes(tmp_path):
+    runs, verdicts = run_and_judge(tmp_path, PAIR)
     before, after = verdicts["app-e6-answer-before-ack"], verdicts["app-e6-wait-for-ack"]
     assert before.status == "pass", format_result(before)  # the negative control found the loss
     lost = next(r for r in before.rows if r.anomaly == "lost")
@@ -69,6 +128,7 @@ def test_the_e6_pair_detects_accepted_but_lost_signups_and_the_wait_for_ack_twin
     assert not leftovers().get("kafka_processes")
 
 
+@pytest.mark.long
 def test_a_service_that_never_becomes_ready_is_an_error_naming_it_with_nothing_left_running(tmp_path):
     doc = {"name": "app-never-ready", "guarantee": "at-least-once", "cluster": {"brokers": 1},
            "topic": {"partitions": 1, "replication_factor": 1},
@@ -134,6 +194,7 @@ def stand_in_run(tmp_path, mode: str):
     return ScenarioRun(resolve(scenario), RunOptions(out=tmp_path)).execute()
 
 
+@pytest.mark.long
 def test_an_endpoint_rejecting_every_request_and_an_identity_matching_no_record_are_errors(tmp_path):
     rejected = stand_in_run(tmp_path, "reject")
     assert rejected.status == "error"

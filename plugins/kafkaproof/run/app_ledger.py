@@ -227,6 +227,7 @@ def not_applicable(processed: str | None, *, read_offsets: bool = False, consume
         out["not_delivered"] = NO_PROCESSED
         out["undelivered_attempts"] = NO_PROCESSED
         out["redeliveries"] = NO_PROCESSED
+        out["reprocessed"] = NO_PROCESSED
     elif not read_offsets:
         out["redeliveries"] = (f"redeliveries count an offset processed twice; {NO_READ_POSITION} "
                                "(an event processed twice shows as read_count > 1 in values.parquet)")

@@ -116,6 +116,19 @@ class AppRun:
         self.placeholders = {k: str(v) for k, v in placeholders.items()}
         self.fleet.start(self.placeholders)
 
+    @property
+    def fault_fleet(self) -> "PollingFleet":
+        """The fleet as the fault timeline gets it: an app fault that ends an instance polls first (`PollingFleet`)."""
+        return PollingFleet(self)
+
+    def poll_before_end(self, service: str) -> None:
+        """Poll the processed source once more when it is an HTTP list `service` may serve (its own, or
+        one naming no service): a list kept in memory goes with the process, so what this life processed
+        is seen now, not up to `poll_s` earlier."""
+        processed = self.section.processed
+        if self.poller is not None and processed.source == "http" and processed.service in (None, service):
+            self.poller.poll()
+
     def port(self, service: str) -> str:
         return str(self.fleet.instances[(service, 0)].port)
 
@@ -149,7 +162,7 @@ class AppRun:
                                    records=processed.records, topic=self.placeholders["topic"])
             else:
                 fetch = postgres_fetch(processed.dsn, processed.query)
-            self.poller = ProcessedPoller(fetch, self.processed_decoder, processed.poll_s,
+            self.poller = ProcessedPoller(fetch, self.processed_decoder, processed.poll_s, mode=processed.mode,
                                           clock_offset_ns=self.clock_offset_ns).start()
         self._drive_thread = threading.Thread(target=self._drive, name="kp-http-drive", daemon=True)
         self._drive_thread.start()
@@ -243,14 +256,14 @@ class AppRun:
         what the drain could not match, and the checks that do not apply, each with its reason."""
         processed = self.section.processed
         out: dict[str, Any] = {
-            "services": [{"name": name, "instance": i, "port": inst.port, "argv": list(inst.spec.argv),
+            "services": [{"name": name, "instance": i, "port": inst.port, "argv": inst.argv,
                           "log": str(inst.log_path.relative_to(self.run_dir))}
                          for (name, i), inst in self.fleet.instances.items()],
             "drive": {"service": self.section.drive.service or None, "rate": self.section.drive.rate,
                       "messages": self.section.drive.messages, "duration_s": self.section.drive.duration_s},
             "identity": _describe_identity(self.section),
             "processed": None if processed is None else {"source": processed.source, **(
-                {"url": processed.url, "poll_s": processed.poll_s,
+                {"url": processed.url, "poll_s": processed.poll_s, "mode": processed.mode,
                  "records": processed.records.as_dict() if processed.records else None}
                 if processed.source == "http" else
                 {"topic": processed.topic} if processed.source == "topic" else {"query": processed.query})},
@@ -270,6 +283,29 @@ class AppRun:
             outcomes = self._http.column("outcome").to_pylist()
             out["requests"] = {o: outcomes.count(o) for o in (ACCEPTED, REJECTED, "indefinite")}
         return out
+
+
+class PollingFleet:
+    """The run's `ServiceFleet` for the fault timeline: `kill`, `terminate` and `restart` end an instance,
+    so they poll the processed source first (`AppRun.poll_before_end`); the rest is the fleet's."""
+
+    def __init__(self, app: AppRun) -> None:
+        self.app = app
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app.fleet, name)
+
+    def kill(self, name: str, i: int) -> None:
+        self.app.poll_before_end(name)
+        self.app.fleet.kill(name, i)
+
+    def terminate(self, name: str, i: int, timeout_s: float = 30.0) -> bool:
+        self.app.poll_before_end(name)
+        return self.app.fleet.terminate(name, i, timeout_s)
+
+    def restart(self, name: str, i: int) -> None:
+        self.app.poll_before_end(name)
+        self.app.fleet.restart(name, i)
 
 
 class _LazyIndex(Mapping):

@@ -32,14 +32,14 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import pyarrow as pa
 
 from ..errors import ApplicationError
-from ..spec.application import MISSING, RecordPointers, at_pointer, pointer_tokens
+from ..spec.application import MISSING, PROCESSED_MODES, RecordPointers, at_pointer, pointer_tokens
 from ..spec.ledger import READS
 from .app_ledger import EventDecoder
 from .drain import drain
 
 log = logging.getLogger(__name__)
 
-MODES = ("counts", "log", "distinct")
+MODES = PROCESSED_MODES
 NS_PER_MS = 1_000_000
 
 

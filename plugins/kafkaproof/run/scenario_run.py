@@ -331,7 +331,7 @@ class ScenarioRun:
             t0_wall_ns = time.time_ns()
             self._announce_start(t0)
             timeline = Timeline(self, injector, workers, t0, events, self.control,
-                                services=app.fleet if app else None)
+                                services=app.fault_fleet if app else None)
             stack.callback(timeline.stop)
             timeline.start()
             producers_started = stopping = False

@@ -77,6 +77,11 @@ class _Instance:
     def label(self) -> str:
         return f"service {self.spec.name} instance {self.index}"
 
+    @property
+    def argv(self) -> list[str]:
+        """The command line this instance runs: the spec's with its placeholders substituted."""
+        return [fill_placeholders(a, self.values) for a in self.spec.argv]
+
     def readiness(self) -> str:
         if self.spec.ready_url is not None:
             return f"HTTP GET {fill_placeholders(self.spec.ready_url, self.values)} answering 2xx"
@@ -174,7 +179,7 @@ class ServiceFleet:
 
     def _launch(self, inst: _Instance) -> None:
         spec = inst.spec
-        argv = [fill_placeholders(a, inst.values) for a in spec.argv]
+        argv = inst.argv
         env = {**os.environ, **{k: fill_placeholders(v, inst.values) for k, v in spec.env.items()}}
         with open(inst.log_path, "ab") as log_file:
             inst.log_offset = log_file.tell()

@@ -82,6 +82,9 @@ VOCABULARY: tuple[AnomalyKind, ...] = (
     AnomalyKind("undelivered_attempts", "undelivered",
                 "1 value the application tried to send never reached its consumers.",
                 "{n} values the application tried to send never reached its consumers."),
+    AnomalyKind("reprocessed", "reprocessed",
+                "1 value was processed more than once by one consumer group.",
+                "{n} values were processed more than once by one consumer group."),
 )
 
 BY_NAME: dict[str, AnomalyKind] = {k.name: k for k in VOCABULARY}

@@ -288,11 +288,15 @@ DEFAULT_POLL_S = 1.0
 READY_FORMS = ("http", "log")
 PROCESSED_SOURCES = ("http", "topic", "postgres")
 RECORD_FIELDS = ("id", "partition", "offset", "topic", "time_ms")
+# What an HTTP list of processed ids is (run/processed.py's `new_items` reads each): `counts`, a durable
+# store (an id listed n times was processed n times); `log`, the processing log in order kept in memory
+# (a restarted service lists anew); `distinct`, one entry per id.
+PROCESSED_MODES = ("counts", "log", "distinct")
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 APPLICATION_FIELDS = ("services", "drive", "identity", "processed")
 SERVICE_FIELDS = ("name", "command", "cwd", "env", "instances", "ready", "ready_timeout_s")
 DRIVE_FIELDS = ("service", "request", "rate", "messages", "duration_s", "timeout_s")
-PROCESSED_FIELDS = {"http": ("url", "service", "poll_s", "pointer", "records"), "topic": ("name", "identity"),
+PROCESSED_FIELDS = {"http": ("url", "service", "poll_s", "pointer", "records", "mode"), "topic": ("name", "identity"),
                     "postgres": ("dsn", "query")}
 
 
@@ -355,6 +359,7 @@ class ProcessedSection:
     poll_s: float = DEFAULT_POLL_S
     pointer: str = ""
     records: RecordPointers | None = None
+    mode: str = PROCESSED_MODES[0]
     topic: str | None = None
     identity: Identity | None = None
     dsn: str | None = None
@@ -546,9 +551,13 @@ def _parse_processed(data: Any, where: str, names: tuple[str, ...], identity: Id
             raise ScenarioError(f"{at}.pointer: {pointer!r} is not an RFC 6901 JSON pointer (\"\" is the whole "
                                 f"answer, /ids a field)") from None
         records = _parse_records(section["records"], f"{at}.records") if "records" in section else None
+        mode = section.get("mode", PROCESSED_MODES[0])
+        if mode not in PROCESSED_MODES:
+            raise ScenarioError(f"{at}.mode: {mode!r} is not a mode; allowed: {', '.join(PROCESSED_MODES)} (log: "
+                                f"the processing log in order, kept in memory, listed anew after a restart)")
         return ProcessedSection("http", url=url, service=service or None,
                                 poll_s=_number(section, "poll_s", at, DEFAULT_POLL_S), pointer=pointer,
-                                records=records)
+                                records=records, mode=mode)
     if source == "topic":
         section = _mapping(section, at, PROCESSED_FIELDS["topic"], ("name",))
         name = section["name"]

@@ -192,7 +192,11 @@ SCHEMA: dict[str, Any] = {
                                    "consumer group, the application re-sending nothing beyond what the client does",
                     "properties": {"within_s": {"type": "number", "exclusiveMinimum": 0,
                                                 "description": "read at most this long after the last fault "
-                                                               "healed (or after it was sent, if later); default 60"}}}}},
+                                                               "healed (or after it was sent, if later); default 60"}}},
+                "processed_once": {
+                    "type": "object", "additionalProperties": False, "properties": {},
+                    "description": "no consumer group processes a value more than once (an idempotent consumer), "
+                                   "whatever copies the log holds: forbids `reprocessed`"}}},
         "exercised": {
             "type": "array",
             "description": "conditions that make the scenario's check meaningful; one not met makes the run an error",
@@ -598,6 +602,12 @@ def _check_semantics(data: dict, source: str) -> None:
         _check_exercise(cond, f"exercised[{i}]", data, fail)
     if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
+    if "processed_once" in (data.get("claims") or {}):
+        app = data.get("application")
+        if app is not None and not app.get("processed"):
+            fail("claims.processed_once", "needs application.processed: it judges what the consumer side processed")
+        elif app is None and not cons["count"]:
+            fail("claims.processed_once", "needs consumers (consumers.count >= 1): it judges what they read")
 
 
 APP_TARGET_PREFIX = "app:"

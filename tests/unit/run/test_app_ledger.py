@@ -143,7 +143,7 @@ def test_what_a_list_of_processed_ids_cannot_judge():
 
 def test_without_a_processed_source_no_consumer_side_check_applies():
     out = not_applicable(None)
-    assert {"not_delivered", "undelivered_attempts", "redeliveries", "poll_skips"} <= set(out)
+    assert {"not_delivered", "undelivered_attempts", "redeliveries", "reprocessed", "poll_skips"} <= set(out)
     assert out["not_delivered"].startswith("the application exposes nothing")
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from kafkaproof.errors import ApplicationError
-from kafkaproof.run.app_run import AppRun, identity_error, rejected_before, resolve_example_app
+from kafkaproof.run.app_run import AppRun, PollingFleet, identity_error, rejected_before, resolve_example_app
 from kafkaproof.run.http_driver import HTTP_SENDS
 from kafkaproof.spec.application import parse_application
 from kafkaproof.spec.ledger import READS, make_value_id
@@ -100,3 +100,30 @@ def test_processed_records_with_positions_make_the_offset_checks_applicable(tmp_
     assert {"not_delivered", "ack_offset_mismatch"} & set(na) == {"ack_offset_mismatch"}
     assert manifest["processed"]["records"] == records
     assert manifest["processed_positions"] == {"with": 1, "without": 1}
+class _Calls:
+    """A stand-in for the AppRun and its fleet: records the calls in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.fleet = self
+        self.instances = {("signup-processor", 0): object()}
+
+    def poll_before_end(self, name):
+        self.calls.append(("poll", name))
+
+    def __getattr__(self, action):
+        return lambda *args: self.calls.append((action, *args))
+
+
+def test_a_fault_that_ends_an_instance_polls_the_processed_list_first_and_a_pause_does_not():
+    app = _Calls()
+    fleet = PollingFleet(app)
+    fleet.kill("signup-processor", 0)
+    fleet.terminate("signup-processor", 0, 5.0)
+    fleet.restart("signup-processor", 0)
+    fleet.stop("signup-processor", 0)
+    assert app.calls == [("poll", "signup-processor"), ("kill", "signup-processor", 0),
+                         ("poll", "signup-processor"), ("terminate", "signup-processor", 0, 5.0),
+                         ("poll", "signup-processor"), ("restart", "signup-processor", 0),
+                         ("stop", "signup-processor", 0)]
+    assert fleet.instances == app.instances

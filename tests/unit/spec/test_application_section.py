@@ -79,6 +79,13 @@ def test_the_port_is_filled_in_before_each_request_is_rendered():
     assert template.render(run, "e-7", 7).body == '{"id": "e-7", "n": 7}'
 
 
+def test_an_http_list_is_read_as_counts_unless_its_mode_says_log_or_distinct():
+    data = section()
+    assert parse(data).processed.mode == "counts"
+    data["processed"]["http"]["mode"] = "log"
+    assert parse(data).processed.mode == "log"
+
+
 def test_processed_from_a_topic_takes_the_application_identity_unless_given_and_postgres_its_query():
     data = section()
     data["processed"] = {"topic": {"name": "signups-processed"}}
@@ -186,6 +193,8 @@ def _set(path: str, value):
      "application.processed.http.records.topic: only with partition and offset"),
     (_set("processed.http.records", {"id": "/id", "time": "/at"}),
      "application.processed.http.records.time: not a field here; allowed: id, partition, offset, topic, time_ms"),
+    (_set("processed.http.mode", "append"), "application.processed.http.mode: 'append' is not a mode; allowed: "
+                                            "counts, log, distinct"),
     (_set("processed", {"topic": {"name": "a b"}}), "application.processed.topic.name: 'a b' is not a topic name"),
     (_set("processed", {"topic": {}}), "application.processed.topic.name: required"),
     (_set("processed", {"postgres": {"dsn": "postgresql://x", "query": " "}}),

@@ -203,6 +203,8 @@ def test_effective_clients_are_resolved_once():
     ({"exercised": [{"check": "isr_shrink", "partition": 0, "before_fault": 3}]},
      r"exercised\[0\]\.before_fault: faults\[3\] does not exist"),
     ({"claims": {"delivery": {}}, "consumers": {"count": 0}}, r"claims\.delivery: needs consumers"),
+    ({"claims": {"processed_once": {}}, "consumers": {"count": 0}}, r"claims\.processed_once: needs consumers"),
+    ({"claims": {"processed_once": {"within_s": 5}}}, r"claims"),
     ({"claims": {"always": {}}}, r"claims: unknown field\(s\) 'always'; allowed: delivery"),
     ({"producers": {"transactions": {"batch": 5, "abort": "drop"}}},
      r"producers\.transactions\.abort: 'drop' is not allowed; allowed: flush, purge"),
@@ -243,3 +245,14 @@ def test_a_client_override_switches_every_worker_and_drops_the_other_clients_ver
     assert s.with_overrides(client="java").data["producers"]["client_version"] == "3.9.2"
     with pytest.raises(ScenarioError, match="producers.client \\(override\\): 'go' is not allowed; allowed: librdkafka, java"):
         s.with_overrides(client="go")
+
+
+def test_an_application_claiming_processed_once_needs_a_processed_source():
+    doc = {"name": "app", "guarantee": "at-least-once", "claims": {"processed_once": {}},
+           "application": {"services": [{"name": "svc", "command": ["sh"], "ready": {"log": "up"}}],
+                           "drive": {"request": {"url": "http://127.0.0.1:9/e"}, "rate": 1, "messages": 1},
+                           "identity": {"key": True}}}
+    with pytest.raises(ScenarioError, match=r"claims\.processed_once: needs application\.processed"):
+        scenario_mod.validate_document(doc, "x")
+    doc["application"]["processed"] = {"http": {"url": "http://127.0.0.1:9/processed", "mode": "log"}}
+    assert "processed_once" in scenario_mod.validate_document(doc, "x")["claims"]

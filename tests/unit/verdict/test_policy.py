@@ -42,6 +42,9 @@ def test_hard_kinds_never_allowed_and_guarantees_as_documented():
     assert policy.allowed_by["exactly-once"] == frozenset().union(*policy.forbidden_by_claim.values())
     assert "dirty_reads" in policy.forbidden("exactly-once") and "dirty_reads" in policy.allowed("at-least-once")
     assert "undelivered_attempts" in policy.forbidden("at-least-once", ["delivery"])
+    # an idempotent consumer: copies in the log allowed, a value processed twice not
+    assert "reprocessed" in policy.forbidden("at-least-once", ["processed_once"])
+    assert "duplicates" not in policy.forbidden("at-least-once", ["processed_once"])
 
 
 @pytest.mark.unit

@@ -350,6 +350,26 @@ def test_manual_dag_runs_the_application_e6_pair_and_its_batch_page_leads_with_t
     assert not [n for n in state.list_clusters() if n.startswith("af-")]
 
 
+@pytest.mark.long
+def test_upgrade_check_runs_an_application_scenario_on_either_version(airflow_home, tmp_path):
+    """What the upgrade check varies (the Kafka version) works with an application section: the same
+    service on either version, each row of the page with the application's view."""
+    env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(tmp_path / "runs"),
+                      KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite")
+    r = dags_test(env, "kafka_upgrade_check", {"rolling_scenarios": [], "scenarios": ["app-e6-wait-for-ack"]})
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-6000:]
+    rows = history.runs("app-e6-wait-for-ack", url=env["KAFKAPROOF_HISTORY_URL"])
+    assert sorted((row["kafka_version"], row["label"], row["verdict"]) for row in rows) == [
+        ("3.9.2", "current", "pass"), ("4.3.1", "candidate", "pass")]
+    (page,) = [line.split("upgrade report:", 1)[1].strip() for line in log.splitlines() if "upgrade report:" in line]
+    html = Path(page).read_text()
+    assert "Candidate 4.3.1 is no worse than 3.9.2" in html
+    leads = re.findall(r'<div class="app">([^<]*)</div>', html)
+    assert len(leads) == 2 and all(lead.endswith("every accepted event in Kafka.") for lead in leads), leads
+    assert not [n for n in state.list_clusters() if n.startswith("af-")]
+
+
 class Chromium:
     """Headless Chromium (Debian's, `make setup` installs it) driven over the DevTools protocol: go to a page,
     type into it, click, read its DOM, as a user would (cookies, redirects and scripts included)."""

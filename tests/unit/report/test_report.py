@@ -380,6 +380,9 @@ def test_an_application_runs_view_leads_its_row_on_the_batch_and_upgrade_pages(t
     upgrade = [summary("app-e6", "pass", app_run, label=side, application=lead) for side in ("current", "candidate")]
     text = text_of(upgrade_page.write_upgrade_report(upgrade, [], "upgrade/1", runs).read_text())
     assert text.count(lead) == 2
+    # `kafkaproof report --night DIR` reads it from the run directory
+    nights = {s["run_id"]: s.get("application") for s in night_page.find_batch_summaries(runs)}
+    assert nights == {app_run.name: lead, other.name: None}
 
 
 @pytest.mark.unit

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The example sign-up service's accepted events/s under kafkaproof's HTTP driver: what rate a run can drive.
 
-    flock /tmp/kafkaproof-heavy.lock .venv/bin/python bench/example_app.py [--requests 3000] [--rounds 4]
+    flock /tmp/kafkaproof-heavy.lock .venv/bin/python bench/example_app.py [--requests 15000] [--rounds 4]
 
 Builds the example application if its jars are not cached (`run/example_app.py`), starts a local
 1-broker cluster (torn down at the end) and a topic (3 partitions, RF 1), then two instances of the
@@ -82,8 +82,8 @@ def measure(template, run: dict, rate: float, requests: int, workers: int, timeo
 def main(argv: list[str] | None = None) -> int:
     """Run the rounds and the confirmations and print the figures."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=int, default=3000, help="requests per measured run (default 3000)")
-    p.add_argument("--warmup", type=int, default=2000, help="unmeasured requests per service first (default 2000)")
+    p.add_argument("--requests", type=int, default=15000, help="requests per measured run (default 15000)")
+    p.add_argument("--warmup", type=int, default=5000, help="unmeasured requests per service first (default 5000)")
     p.add_argument("--rounds", type=int, default=4, help="rounds of (after-ack, before-ack) (default 4)")
     p.add_argument("--workers", type=int, default=32, help="the driver's worker threads (default 32)")
     p.add_argument("--timeout-s", type=float, default=10.0, help="each request's socket timeout (default 10)")

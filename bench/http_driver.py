@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from rounds import alternate  # noqa: E402  (bench/, the script's own directory)
+from rounds import alternate, not_accepted_exit  # noqa: E402  (bench/, the script's own directory)
 
 from kafkaproof.run.http_driver import drive  # noqa: E402
 from kafkaproof.spec.application import classify, parse_request  # noqa: E402
@@ -108,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"median {name:6s} {rate:8.0f} req/s  median latency {latency:.2f} ms")
     print(f"ratio driver/plain {med['driver'][0] / med['plain'][0]:.2f} ({args.workers} workers, "
           f"{args.requests} requests per run, {args.rounds} rounds)")
-    if bad:
-        print(f"{bad} requests not accepted", file=sys.stderr)
-    return 1 if bad else 0
+    return not_accepted_exit(bad)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ medians keep that drift from favouring one side)."""
 from __future__ import annotations
 
 import statistics
+import sys
 from typing import Callable, Sequence
 
 
@@ -18,3 +19,10 @@ def alternate(pair: Sequence[str], rounds: int, measure: Callable[[str, int], tu
             figures[name].append(result)
             print(row(r + 1, name, result), flush=True)
     return {name: tuple(statistics.median(col) for col in zip(*results)) for name, results in figures.items()}
+
+
+def not_accepted_exit(bad: int) -> int:
+    """An HTTP bench's exit code: 1, with a line on stderr, when `bad` requests were not accepted; else 0."""
+    if bad:
+        print(f"{bad} requests not accepted", file=sys.stderr)
+    return 1 if bad else 0

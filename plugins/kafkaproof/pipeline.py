@@ -370,6 +370,12 @@ def report(run_dir: str) -> str:
     return str(write_run_report(Path(run_dir)))
 
 
+def application_lead(run_dir: str) -> str | None:
+    """The application's view of a run of an application (its report's lead), None for any other run."""
+    from .report import application_lead as lead
+    return lead(Path(run_dir))
+
+
 def write_batch_report(summaries: list[dict], batch_id: str, out: Path | None = None) -> str:
     """Write the index page of a batch (a DAG run): scenario × verdict with change since the last batch."""
     from .report import write_batch_report as write
@@ -438,6 +444,7 @@ def judge(run: dict, batch_id: str) -> dict:
     summary = summarize(run_dir, run["scenario"], batch_id, error=run.get("error"), label=run.get("label", ""))
     if run_dir:
         summary["report"] = report(run_dir)
+        summary["application"] = application_lead(run_dir)
     summary["label"] = run.get("label", "")
     return summary
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import shutil
 import subprocess
@@ -318,6 +319,55 @@ def test_manual_dag_runs_a_client_matrix_analysed_on_the_spark_master_spark_defa
     (page,) = [line.split("summary report:", 1)[1].strip() for line in log.splitlines() if "summary report:" in line]
     html = Path(page).read_text()
     assert "Client matrix" in html and "librdkafka" in html and "java" in html
+
+
+@pytest.mark.long
+def test_manual_dag_runs_the_application_e6_pair_and_its_batch_page_leads_with_the_applications_view(
+        airflow_home, tmp_path):
+    """The manual DAG runs application scenarios like any other: the run starts the example service (built
+    into the cache by the run, not by Airflow), the batch page shows both verdicts and the application's view."""
+    pair = ["app-e6-answer-before-ack", "app-e6-wait-for-ack"]
+    env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(tmp_path / "runs"),
+                      KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite")
+    r = dags_test(env, "kafka_reliability_manual", {"scenarios": pair})
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-6000:]
+    assert "reliability gate passed" in log  # the negative control detected its loss, its twin lost nothing
+    rows = history.runs(url=env["KAFKAPROOF_HISTORY_URL"])
+    assert sorted((row["scenario"], row["verdict"]) for row in rows) == [(name, "pass") for name in pair]
+    (page,) = [line.split("summary report:", 1)[1].strip() for line in log.splitlines() if "summary report:" in line]
+    html = Path(page).read_text()
+    table = html[html.index("Scenarios (worst first)"):]
+    for name in pair:
+        assert f">{name}</a>" in table
+    # each row leads with the application's view, as its run page does
+    leads = re.findall(r'<div class="app">([^<]*)</div>', table)
+    assert len(leads) == 2 and all(" events accepted, " in lead for lead in leads), leads
+    assert any("accepted but never in Kafka, first at " in lead and "during stop leader:0" in lead
+               for lead in leads), leads
+    assert any(lead.endswith("every accepted event in Kafka.") for lead in leads), leads
+    assert table.count('<span class="badge pass">pass</span>') == 2
+    assert not [n for n in state.list_clusters() if n.startswith("af-")]
+
+
+@pytest.mark.long
+def test_upgrade_check_runs_an_application_scenario_on_either_version(airflow_home, tmp_path):
+    """What the upgrade check varies (the Kafka version) works with an application section: the same
+    service on either version, each row of the page with the application's view."""
+    env = airflow_env(airflow_home, KAFKAPROOF_RUNS=str(tmp_path / "runs"),
+                      KAFKAPROOF_HISTORY_URL=f"sqlite:///{tmp_path}/h.sqlite")
+    r = dags_test(env, "kafka_upgrade_check", {"rolling_scenarios": [], "scenarios": ["app-e6-wait-for-ack"]})
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-6000:]
+    rows = history.runs("app-e6-wait-for-ack", url=env["KAFKAPROOF_HISTORY_URL"])
+    assert sorted((row["kafka_version"], row["label"], row["verdict"]) for row in rows) == [
+        ("3.9.2", "current", "pass"), ("4.3.1", "candidate", "pass")]
+    (page,) = [line.split("upgrade report:", 1)[1].strip() for line in log.splitlines() if "upgrade report:" in line]
+    html = Path(page).read_text()
+    assert "Candidate 4.3.1 is no worse than 3.9.2" in html
+    leads = re.findall(r'<div class="app">([^<]*)</div>', html)
+    assert len(leads) == 2 and all(lead.endswith("every accepted event in Kafka.") for lead in leads), leads
+    assert not [n for n in state.list_clusters() if n.startswith("af-")]
 
 
 class Chromium:

@@ -124,3 +124,29 @@ def test_a_judged_batch_is_one_gate_outcome_whatever_ran_it(monkeypatch):
     assert upgrade.ok and upgrade.lines == ["upgrade report: /runs/upgrade.html"]
     with pytest.raises(ValueError, match="page 'night'"):
         batch.judge_batch([], "b/1", "night")
+
+
+APP_PAIR = ["app-e6-answer-before-ack", "app-e6-wait-for-ack"]
+
+
+def test_the_manual_and_upgrade_plans_take_application_scenarios_without_building_the_example(monkeypatch):
+    """What the DAGs do before a run (read the catalog, resolve each run) never builds the example application:
+    the run that starts its services does."""
+    from kafkaproof.run import example_app
+
+    def no_build(*_a, **_k):
+        raise AssertionError("the example application was built before a run started its services")
+
+    monkeypatch.setattr(example_app, "build", no_build)
+    assert APP_PAIR[0] in [s.name for s in pipeline.suite()]  # the manual DAG's scenario choices
+    manual = batch.matrix_plan(pipeline.suite(names=APP_PAIR), None, Overrides(kafka_version="4.3.1")).resolved_items()
+    assert [item["scenario"] for item in manual] == APP_PAIR and not [i for i in manual if "error" in i]
+    # the upgrade check varies the Kafka version (and the scale: the drive's messages) of an application's run
+    upgrade = batch.upgrade_plan([], pipeline.suite(names=APP_PAIR[1:]), "3.9.2", "4.3.1",
+                                 Overrides(messages=200)).resolved_items()
+    assert [(i["label"], i.get("error")) for i in upgrade] == [("current", None), ("candidate", None)]
+    sides = [ResolvedScenario.from_dict(i["resolved"]).scenario.data for i in upgrade]
+    assert [d["cluster"]["kafka_version"] for d in sides] == ["3.9.2", "4.3.1"]
+    assert all(d["application"]["drive"]["messages"] == 200 and "duration_s" not in d["application"]["drive"]
+               for d in sides)
+    assert all("{example_app:signup-service}" in d["application"]["services"][0]["command"] for d in sides)

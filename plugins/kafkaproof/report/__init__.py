@@ -7,7 +7,8 @@ client matrix.
 from .batch_page import write_batch_report
 from .clients_page import write_client_report
 from .night_page import write_night_report
-from .run_page import write_run_report
+from .run_page import application_lead, write_run_report
 from .upgrade_page import write_upgrade_report
 
-__all__ = ["write_batch_report", "write_client_report", "write_night_report", "write_run_report", "write_upgrade_report"]
+__all__ = ["application_lead", "write_batch_report", "write_client_report", "write_night_report", "write_run_report",
+           "write_upgrade_report"]

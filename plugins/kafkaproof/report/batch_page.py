@@ -1,5 +1,6 @@
 """The batch page: one row per scenario of a batch (a night, a DAG run), worst first, with the change since
-the previous batch; what failed the gate and what only warned."""
+the previous batch; what failed the gate and what only warned; for a run of an application, its view
+(events accepted, processed, accepted but never in Kafka) under the scenario's name."""
 from __future__ import annotations
 
 import hashlib
@@ -128,13 +129,19 @@ def batch_rows(summaries: Sequence[Mapping[str, Any]], previous: Mapping[tuple[s
         expect = "pass" if (s.get("expect") or "pass") == "pass" else "negative control"
         name = link(rel_href(report, here), s["scenario"]) if report else esc(s["scenario"])
         rows.append((
-            name + tag("div", (s.get("run_id") or "no run") + reused_note(s), class_="detail"),
+            name + tag("div", (s.get("run_id") or "no run") + reused_note(s), class_="detail") + application_note(s),
             s.get("kafka_version") or "–", f"{s.get('guarantee') or '–'} / {expect}", badge(s.get("verdict")),
             Markup(tag("span", text, class_=f"chg {cls}") + prev_link),
             problems_cell(summary_problems(s) + summary_notes(s)),
             nonzero_anomalies(s), fmt_num(k["recovery_s"], 1, "s"), fmt_ms(k["p99_ms"]),
             link(rel_href(report, here), "report") if report else "no report"))
     return rows
+
+
+def application_note(s: Mapping[str, Any]) -> Markup:
+    """The application's view of an application's run (`pipeline.application_lead`, its run page's lead), as a
+    line under its name; nothing for other runs."""
+    return tag("div", s["application"], class_="app") if s.get("application") else Markup("")
 
 
 def reused_note(s: Mapping[str, Any]) -> str:

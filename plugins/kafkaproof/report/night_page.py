@@ -7,7 +7,7 @@ from pathlib import Path
 from ..spec.ledger import MANIFEST
 from ..verdict.summary import judge_run
 from .batch_page import write_batch_report
-from .run_page import write_run_report
+from .run_page import application_lead, write_run_report
 
 
 def find_run_dirs(root: Path) -> list[Path]:
@@ -19,7 +19,8 @@ def find_run_dirs(root: Path) -> list[Path]:
 
 
 def find_batch_summaries(night_dir: Path, write_reports: bool = False, history_url: str | None = None) -> list[dict]:
-    """Summaries of every run directory under `night_dir` (`verdict.summary.judge_run`: no history, no regressions).
+    """Summaries of every run directory under `night_dir` (`verdict.summary.judge_run`: no history, no regressions;
+    an application's run with its view, `run_page.application_lead`).
 
     With `write_reports`, each run's report is (re)written first so the index can link it.
     """
@@ -27,7 +28,7 @@ def find_batch_summaries(night_dir: Path, write_reports: bool = False, history_u
     for rd in find_run_dirs(night_dir):
         if write_reports:
             write_run_report(rd, history_url=history_url)
-        out.append({**asdict(judge_run(rd)), "label": ""})
+        out.append({**asdict(judge_run(rd)), "label": "", "application": application_lead(rd)})
     return out
 
 

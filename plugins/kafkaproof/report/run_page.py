@@ -15,7 +15,7 @@ from ..spec.client_versions import read_client_versions, summary as client_summa
 from ..spec.connection import connection_text
 from ..spec.ledger import MANIFEST, TABLES
 from .data import (DEFAULT_EXAMPLES, REPORT_DIR, RunData, expectation_of, guarantee_of, load_history, load_run, phases,
-                   run_started_wall, run_t0, scenario_name, scenario_of)
+                   read_json, run_started_wall, run_t0, scenario_name, scenario_of)
 from .kit import (VERDICT_COLORS, Markup, badge, bullets, esc, fmt_int, fmt_ms, fmt_num, fmt_t, fmt_value_id,
                    is_missing, join, kv, link, none_note, page, plural, rel_href, table, tag, write_html)
 from .shaping import (PERCENTILE_KEYS, FaultWindow, KindSummary, TrendPoint, application_text, attribution_text,
@@ -43,8 +43,8 @@ class RunView:
     report_dir: Path
 
 
-def build_run_view(data: RunData, examples: int, history_url: str | None = None) -> RunView:
-    """Shape a loaded run for rendering (reads the results history)."""
+def build_run_view(data: RunData, examples: int, history_url: str | None = None, with_history: bool = True) -> RunView:
+    """Shape a loaded run for rendering (reads the results history unless `with_history` is False)."""
     m = data.manifest
     sends = data.tables.get("sends")
     t0 = run_t0(m, sends)
@@ -56,7 +56,7 @@ def build_run_view(data: RunData, examples: int, history_url: str | None = None)
     tl = build_timeline(data, t0, seconds, source, windows, run_phases)
     name = scenario_name(m) or data.run_dir.name
     kinds = kind_summaries(counts, data.anomalies, data.metrics, windows, t0, tl.end_s, examples)
-    rows, err = load_history(scenario_name(m), history_url)
+    rows, err = load_history(scenario_name(m), history_url) if with_history else ([], None)
     run_id = (m or {}).get("run_id") or data.run_dir.name
     trend = trend_points(rows, run_id, data.metrics, verdict.status, ((m or {}).get("versions") or {}).get("kafka"))
     return RunView(data, t0, name, verdict, counts, windows, tl, kinds, rows, err, trend, data.run_dir / REPORT_DIR)
@@ -78,14 +78,28 @@ def section_verdict(v: RunView) -> Markup:
              else f"Claims {guarantee}; expected to pass.")
     items = [tag("li", text, class_=cls) for cls, text in v.verdict.lines]
     body = [tag("h2", v.verdict.headline)]
-    app = application_text(v.data.manifest, v.data.metrics, next((k for k in v.kinds if k.kind == "lost"), None),
-                           v.windows, v.timeline.end_s)
+    app = view_application_text(v)
     if app:  # an application run leads with the application's view
         body.append(tag("div", tag("strong", app), class_="app"))
     body.append(tag("div", claim + (f" Why: {why}" if why and outcome == "detect" else "")))
     if items:
         body.append(tag("ul", items))
     return tag("section", body, class_=f"verdict {v.verdict.status}", id="verdict")
+
+
+def view_application_text(v: RunView) -> str | None:
+    """The application's view of a shaped run (`shaping.application_text`), None without an application."""
+    return application_text(v.data.manifest, v.data.metrics, next((k for k in v.kinds if k.kind == "lost"), None),
+                            v.windows, v.timeline.end_s)
+
+
+def application_lead(run_dir: Path) -> str | None:
+    """The lead of a run's page for a run of an application (what the batch page shows beside its verdict):
+    events accepted, processed, accepted but never in Kafka. None for a run without an application."""
+    if not isinstance((read_json(Path(run_dir) / MANIFEST, []) or {}).get("application"), Mapping):
+        return None  # not an application's run: its tables are not read
+    data = load_run(Path(run_dir))
+    return view_application_text(build_run_view(data, 0, with_history=False))
 
 
 def section_problems(v: RunView) -> Markup:

@@ -11,7 +11,8 @@ from ..errors import LedgerError
 from ..spec import ledger
 from ..spec.faults import ROLLING_KINDS
 
-from .batch_page import batch_dir, change_since, nonzero_anomalies, summary_problems, summary_report
+from .batch_page import (application_note, batch_dir, change_since, nonzero_anomalies, summary_problems,
+                         summary_report)
 from .data import key_numbers
 from .kit import (Markup, badge, bullets, esc, fmt_ms, fmt_num, join, link, now_utc, page, plural, rel_href, table,
                    tag, write_html)
@@ -110,7 +111,7 @@ def upgrade_cell(s: Mapping | None, here: Path) -> Markup:
     k = key_numbers(s.get("metrics"))
     lines = [badge(s.get("verdict")), esc(" "), link(rel_href(report, here), "report") if report else esc("no report"),
              tag("div", f"recovery {fmt_num(k['recovery_s'], 1, 's')} · p99 {fmt_ms(k['p99_ms'])}", class_="detail"),
-             tag("div", f"anomalies: {nonzero_anomalies(s)}", class_="detail")]
+             tag("div", f"anomalies: {nonzero_anomalies(s)}", class_="detail"), application_note(s)]
     problems = summary_problems(s)
     if problems:
         lines.append(tag("div", "; ".join(problems), class_="detail"))

@@ -8,6 +8,7 @@ kafkaproof/validation.py (the `spark` test produces them for real).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -360,6 +361,28 @@ def test_batch_report_without_history(tmp_path):
                                      history_url="nosuchdialect://nowhere")
     text = text_of(path.read_text())
     assert "results history unavailable" in text and "no report" in text
+
+
+@pytest.mark.unit
+def test_an_application_runs_view_leads_its_row_on_the_batch_and_upgrade_pages(tmp_path, history_url):
+    runs = tmp_path / "runs"
+    app_run, other = make_run(runs, "app-e6-20261122T020000Z-0001"), make_run(runs, "b-20261122T020000Z-0001")
+    m = json.loads((app_run / "manifest.json").read_text())
+    m["application"] = {"requests": {"accepted": 500, "rejected": 0, "indefinite": 0}, "processed": None}
+    (app_run / "manifest.json").write_text(json.dumps(m))
+    lead = run_page.application_lead(app_run)
+    assert lead.startswith("500 events accepted, ") and "accepted but never in Kafka, first at " in lead
+    assert run_page.application_lead(other) is None  # not an application's run
+    # the batch page shows the lead under the scenario's name, as the run page leads with it
+    summaries = [summary("app-e6", "pass", app_run, application=lead), summary("b", "pass", other)]
+    text = text_of(batch_page.write_batch_report(summaries, "manual/1", runs, history_url=history_url).read_text())
+    assert text.count("events accepted") == 1 and lead in text
+    upgrade = [summary("app-e6", "pass", app_run, label=side, application=lead) for side in ("current", "candidate")]
+    text = text_of(upgrade_page.write_upgrade_report(upgrade, [], "upgrade/1", runs).read_text())
+    assert text.count(lead) == 2
+    # `kafkaproof report --night DIR` reads it from the run directory
+    nights = {s["run_id"]: s.get("application") for s in night_page.find_batch_summaries(runs)}
+    assert nights == {app_run.name: lead, other.name: None}
 
 
 @pytest.mark.unit

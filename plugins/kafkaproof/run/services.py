@@ -67,6 +67,21 @@ def substitute(text: str, values: Mapping[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
 
 
+def http_ready(url: str) -> bool:
+    """Whether `url` answers a GET with 2xx within a second (any error or other status: not yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as r:
+            return 200 <= r.status < 300
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # HTTPError: non-2xx
+        return False
+
+
+def tail_of(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """Pure: the last `lines` lines of a log, or "(empty)"."""
+    last = text.splitlines()[-lines:]
+    return "\n".join(last) if last else "(empty)"
+
+
 @dataclass
 class _Instance:
     spec: ServiceSpec
@@ -90,10 +105,9 @@ class _Instance:
 
     def log_tail(self) -> str:
         try:
-            lines = self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            return tail_of(self.log_path.read_text(errors="replace"))
         except FileNotFoundError:
-            lines = []
-        return "\n".join(lines) if lines else "(empty)"
+            return tail_of("")
 
     def is_ready(self) -> bool:
         if self.spec.ready_log is not None:
@@ -101,11 +115,7 @@ class _Instance:
                 f.seek(self.log_offset)
                 text = f.read().decode(errors="replace")
             return re.search(self.spec.ready_log, text, re.MULTILINE) is not None
-        try:
-            with urllib.request.urlopen(substitute(self.spec.ready_url, self.values), timeout=1.0) as r:
-                return 200 <= r.status < 300
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # HTTPError: non-2xx
-            return False
+        return http_ready(substitute(self.spec.ready_url, self.values))
 
     def signal_group(self, sig: int) -> bool:
         """Signal the instance's process group while its leader is the process we started; False if gone."""

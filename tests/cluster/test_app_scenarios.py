@@ -12,17 +12,15 @@ import json
 import logging
 import subprocess
 import sys
-import time
 
 import pytest
 
-from kafkaproof import analysis, pipeline
 from kafkaproof.cluster import procs
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.run.resolved import resolve
 from kafkaproof.spec.scenario import Scenario, validate_document
-from kafkaproof.verdict.validation import format_result, validate
 
+from app_pair import run_e6_pair
 from support import leftovers
 
 pytestmark = [pytest.mark.long, pytest.mark.cluster, pytest.mark.timeout(1200)]
@@ -33,29 +31,8 @@ PAIR = ("app-e6-answer-before-ack", "app-e6-wait-for-ack")
 
 
 def test_the_e6_pair_detects_accepted_but_lost_signups_and_the_wait_for_ack_twin_passes(tmp_path):
-    runs = {}
-    for scn in pipeline.suite(names=list(PAIR)):
-        started = time.monotonic()
-        result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path)).execute()
-        log.info("%s: %s in %.1f s", scn.name, result.status, time.monotonic() - started)
-        print(f"[app] {scn.name}: run {result.status} in {time.monotonic() - started:.1f} s", flush=True)
-        assert result.status == "complete", result.error
-        runs[scn.name] = result.run_dir
-    started = time.monotonic()
-    analysis.analyze_many(list(runs.values()), quiet=True)
-    print(f"[app] analysis of both in {time.monotonic() - started:.1f} s", flush=True)
-    verdicts = {name: validate(run_dir, data_docs=False) for name, run_dir in runs.items()}
-    for name, v in verdicts.items():
-        manifest = json.loads((runs[name] / "manifest.json").read_text())
-        print(f"[app] {format_result(v)}\n[app] requests {manifest['application']['requests']} "
-              f"decode {manifest['application']['decode']['read_committed']['matched']} matched", flush=True)
-
-    before, after = verdicts["app-e6-answer-before-ack"], verdicts["app-e6-wait-for-ack"]
-    assert before.status == "pass", format_result(before)  # the negative control found the loss
-    lost = next(r for r in before.rows if r.anomaly == "lost")
-    assert lost.count > 0 and lost.expected_detected
-    assert after.status == "pass", format_result(after)
-    assert next(r for r in after.rows if r.anomaly == "lost").count == 0
+    results, verdicts = run_e6_pair(PAIR, tmp_path, "app")
+    runs = {name: result.run_dir for name, result in results.items()}
     for v in verdicts.values():  # never passed: reported not applicable with the reason
         reordering = next(r for r in v.rows if r.anomaly == "reordering")
         assert reordering.not_applicable and "concurrently" in reordering.not_applicable

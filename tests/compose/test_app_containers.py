@@ -14,7 +14,6 @@ import urllib.request
 
 import pytest
 
-from kafkaproof import analysis, pipeline
 from kafkaproof.cluster import attach, start_cluster, state
 from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster.compose import compose_project
@@ -24,8 +23,10 @@ from kafkaproof.run.app_containers import RUN_LABEL, ContainerFleet, container_t
 from kafkaproof.run.resolved import resolve
 from kafkaproof.spec.application import parse_application
 from kafkaproof.spec.cluster import ClusterConfig
+from kafkaproof.spec.scenario import Scenario, validate_document
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
-from kafkaproof.verdict.validation import format_result, validate
+
+from app_pair import run_e6_pair
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(1200)]
 
@@ -50,28 +51,10 @@ def app_containers(label: str) -> list[str]:
 
 
 def test_the_compose_e6_pair_detects_accepted_but_lost_signups_and_leaves_no_container(docker_ready, tmp_path):
-    runs = {}
-    for scn in pipeline.suite(names=list(PAIR)):
-        started = time.monotonic()
-        result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path)).execute()
-        print(f"[app-compose] {scn.name}: run {result.status} in {time.monotonic() - started:.1f} s", flush=True)
-        assert result.status == "complete", result.error
+    results, _ = run_e6_pair(PAIR, tmp_path, "app-compose")
+    for result in results.values():
         assert not app_containers(f"{RUN_LABEL}={result.run_id}")
-        runs[scn.name] = result.run_dir
-    started = time.monotonic()
-    analysis.analyze_many(list(runs.values()), quiet=True)
-    print(f"[app-compose] analysis of both in {time.monotonic() - started:.1f} s", flush=True)
-    verdicts = {name: validate(run_dir, data_docs=False) for name, run_dir in runs.items()}
-    for name, v in verdicts.items():
-        manifest = json.loads((runs[name] / "manifest.json").read_text())
-        print(f"[app-compose] {format_result(v)}\n[app-compose] requests {manifest['application']['requests']}",
-              flush=True)
-    before, after = verdicts[PAIR[0]], verdicts[PAIR[1]]
-    assert before.status == "pass", format_result(before)  # the negative control found the loss
-    lost = next(r for r in before.rows if r.anomaly == "lost")
-    assert lost.count > 0 and lost.expected_detected
-    assert after.status == "pass", format_result(after)
-    assert next(r for r in after.rows if r.anomaly == "lost").count == 0
+    runs = {name: result.run_dir for name, result in results.items()}
     manifest = json.loads((runs[PAIR[0]] / "manifest.json").read_text())
     app = manifest["application"]
     assert app["containers"]["images"]["signup-service"]["id"].startswith("sha256:")
@@ -128,3 +111,22 @@ def test_app_faults_on_a_container_kill_pause_and_restart_it(docker_ready, tmp_p
             attach(name).down(keep_logs=False)
     assert not any(de.labelled(compose_project(name)).values())
     assert not app_containers(f"{RUN_LABEL}=t-crash")
+
+
+def test_a_missing_image_is_a_scenario_error_before_the_cluster_starts(tmp_path):
+    de.ensure_engine()
+    doc = {"name": "app-missing-image", "guarantee": "at-least-once", "cluster": {"backend": "compose", "brokers": 2},
+           "topic": {"partitions": 1, "replication_factor": 1},
+           "application": {
+               "services": [{"name": "gone", "image": "kafkaproof/no-such-image-kp39:1", "port": 8080,
+                             "ready": {"log": "up"}}],
+               "drive": {"request": {"url": "http://127.0.0.1:9/e"}, "rate": 1, "messages": 1},
+               "identity": {"key": True}}}
+    scenario = Scenario(doc["name"], "app-missing-image.yaml", validate_document(doc, "app-missing-image.yaml"))
+    clusters = set(state.list_clusters())
+    result = ScenarioRun(resolve(scenario), RunOptions(out=tmp_path)).execute()
+    assert result.status == "error"
+    assert ("app-missing-image.yaml: application.services[0].image: no image kafkaproof/no-such-image-kp39:1 on the "
+            "Docker engine") in result.error
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert "provision" not in manifest.get("timings", {}) and set(state.list_clusters()) == clusters

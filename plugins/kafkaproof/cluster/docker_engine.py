@@ -167,8 +167,8 @@ def ensure_image(version: str) -> str:
 
 def ensure_app_image(jar_dir: Path, image: str) -> str:
     """Build `image` (repository:tag) from kafkaproof's base image and the jars in `jar_dir` (at /app/ in the
-    image) unless it is there with the same content; returns the image name (scripts/docker-app-image.sh)."""
-    return _run_script("docker-app-image.sh", str(jar_dir), image, env={"DOCKER_HOST": engine_url()})
+    image) unless it is there with the same content; returns the image name (`scripts/docker-image.sh --app`)."""
+    return _run_script("docker-image.sh", "--app", str(jar_dir), image, env={"DOCKER_HOST": engine_url()})
 
 
 def ensure_pulled(image: str) -> str:

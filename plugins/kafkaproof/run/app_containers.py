@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..cluster import docker_engine as de
-from ..cluster.external import free_ports
 from ..errors import ApplicationError, ClusterError, ScenarioError
-from ..spec.application import EXAMPLE_APP_IMAGE, RUN_PLACEHOLDERS, ApplicationSection, ServiceSection
+from ..spec.application import EXAMPLE_APP_IMAGE, ApplicationSection, ServiceSection
 from . import example_app
-from .services import http_ready, substitute, tail_of
+from .services import Fleet, http_ready, substitute, tail_of
 
 log = logging.getLogger(__name__)
 
@@ -126,47 +125,28 @@ class _Container:
         return f"HTTP GET {url} answering 2xx" if url else f"a log line matching {self.spec.ready_log!r}"
 
 
-class ContainerFleet:
+class ContainerFleet(Fleet):
     """The instances of the application's image services, started together on the cluster's network and always
-    removed together (a context manager). The same interface as `run.services.ServiceFleet`."""
+    removed together (a context manager). The same interface as `run.services.ServiceFleet`; `start` gives
+    each container the in-network `{bootstrap}` and its container `{port}`."""
 
     def __init__(self, specs: list[ServiceSection], images: Mapping[str, str], run_dir: Path, run_id: str,
                  target: ContainerTarget, grace_s: float = 5.0):
-        self.specs, self.images, self.run_id, self.target = specs, dict(images), run_id, target
-        self.log_dir = Path(run_dir) / "services"
-        self.grace_s = grace_s
-        self.instances: dict[tuple[str, int], _Container] = {}
+        super().__init__(specs, run_dir)
+        self.images, self.run_id, self.target, self.grace_s = dict(images), run_id, target, grace_s
         self.image_ids: dict[str, str] = {}
 
-    def __enter__(self) -> "ContainerFleet":
-        return self
+    def _prepare(self, spec: ServiceSection) -> None:
+        self.image_ids[spec.name] = de.docker("image", "inspect", "-f", "{{.Id}}", self.images[spec.name]).stdout.strip()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop_all()
+    def _inside(self, spec: ServiceSection) -> dict[str, str]:
+        return {"bootstrap": self.target.bootstrap, "port": str(spec.port)}
 
-    def start(self, placeholders: Mapping[str, str]) -> None:
-        """Start every instance (`{bootstrap}` the in-network one) and wait until each is ready; on a failure
-        remove them all and raise ApplicationError naming the instance, its readiness check and its last lines."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        ports = iter(free_ports("127.0.0.1", sum(s.instances for s in self.specs)))
-        try:
-            for spec in self.specs:
-                self.image_ids[spec.name] = de.docker("image", "inspect", "-f", "{{.Id}}",
-                                                      self.images[spec.name]).stdout.strip()
-                for i in range(spec.instances):
-                    values = {**{k: str(placeholders[k]) for k in RUN_PLACEHOLDERS},
-                              "bootstrap": self.target.bootstrap, "instance": str(i), "port": str(spec.port)}
-                    name = f"{self.target.project}-app-{spec.name}-{i}"
-                    inst = _Container(spec, i, next(ports), values, self.log_dir / f"{spec.name}-{i}.log", name)
-                    self.instances[(spec.name, i)] = inst
-                    self._create(inst)
-            for inst in self.instances.values():
-                self._await_ready(inst)
-        except BaseException:
-            self.stop_all()
-            raise
+    def _new_instance(self, spec: ServiceSection, i: int, port: int, values: dict[str, str],
+                      log_path: Path) -> _Container:
+        return _Container(spec, i, port, values, log_path, f"{self.target.project}-app-{spec.name}-{i}")
 
-    def _create(self, inst: _Container) -> None:
+    def _launch(self, inst: _Container) -> None:
         spec = inst.spec
         de.docker("rm", "-f", inst.name, check=False)  # a crashed run's container of this cluster
         labels = {de.CLUSTER_LABEL: self.target.project, RUN_LABEL: self.run_id, SERVICE_LABEL: f"{spec.name}-{inst.index}"}
@@ -215,13 +195,6 @@ class ContainerFleet:
                                           f"readiness timeout or check the image")
             time.sleep(POLL_S)
 
-    def _instance(self, name: str, i: int) -> _Container:
-        try:
-            return self.instances[(name, i)]
-        except KeyError:
-            raise ApplicationError(f"no instance {i} of service {name}; running: "
-                                   f"{', '.join(f'{n}-{j}' for n, j in self.instances) or 'none'}") from None
-
     def state(self, name: str, i: int) -> str:
         """An instance's container now: 'running', 'paused' or 'dead'."""
         st = self._inspect(self._instance(name, i))
@@ -269,22 +242,14 @@ class ContainerFleet:
             raise ApplicationError(f"service {name} instance {i} is not paused; cannot resume it")
         de.docker("unpause", inst.name)
 
-    def restart(self, name: str, i: int) -> None:
-        """Kill one instance if it runs, start its container again (same port, its output kept) and wait
-        until ready."""
-        inst = self._instance(name, i)
-        self.kill(name, i)
+    def _launch_again(self, inst: _Container) -> None:
+        """`docker start` the same container (same published port; its output so far kept)."""
         inst.log_offset = len(self._logs(inst))
         try:
             de.docker("start", inst.name)
         except ClusterError as e:
             raise ApplicationError(f"{inst.label} could not start again: {e}") from None
         inst.started = time.monotonic()
-        try:
-            self._await_ready(inst)
-        except ApplicationError:
-            self.kill(name, i)
-            raise
 
     def stop_all(self) -> None:
         """`docker stop` every instance at once (SIGTERM: they flush; SIGKILL after the grace period), save

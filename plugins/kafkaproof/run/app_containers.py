@@ -34,7 +34,7 @@ from ..cluster import docker_engine as de
 from ..errors import ApplicationError, ClusterError, ScenarioError
 from ..spec.application import EXAMPLE_APP_IMAGE, ApplicationSection, ServiceSection
 from . import example_app
-from .services import Fleet, http_ready, substitute, tail_of
+from .services import FleetBase, http_ready, substitute, tail_of
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class _Container:
         return f"HTTP GET {url} answering 2xx" if url else f"a log line matching {self.spec.ready_log!r}"
 
 
-class ContainerFleet(Fleet):
+class ContainerFleet(FleetBase):
     """The instances of the application's image services, started together on the cluster's network and always
     removed together (a context manager). The same interface as `run.services.ServiceFleet`; `start` gives
     each container the in-network `{bootstrap}` and its container `{port}`."""

@@ -248,7 +248,8 @@ class ScenarioRun:
         section = self.scenario.application
         if section is not None and any(s.image for s in section.services):
             with self.phase("images"):
-                de.ensure_engine()
+                if self.cluster is None:  # else the engine the cluster runs on is bound already
+                    de.ensure_engine()
                 self.app_images = resolve_images(section, f"{self.scenario.path}: application")
 
     def _refuse_unsupported(self, supported: frozenset[str], backend: str) -> None:
@@ -410,10 +411,10 @@ class ScenarioRun:
         clock = self.manifest["clock"]
         fleet = None
         if any(s.image for s in section.services):
-            if self.app_images is None:  # an attached or existing cluster: checked now
+            target = container_target(self.cluster)  # a compose cluster's network, or an error
+            if self.app_images is None:  # an attached cluster: checked now
                 self._check_images()
-            fleet = ContainerFleet(list(section.services), self.app_images, self.run_dir, self.run_id,
-                                   container_target(self.cluster))
+            fleet = ContainerFleet(list(section.services), self.app_images, self.run_dir, self.run_id, target)
         app = AppRun(section, self.run_dir, self.run_id, where, cluster=self.cluster.name if self.cluster else None,
                      clock_offset_ns=clock["wall_origin_ns"] - clock["monotonic_origin_ns"], fleet=fleet)
         self.app = app

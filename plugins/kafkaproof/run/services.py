@@ -139,7 +139,7 @@ class _Instance:
         return process.wait_dead(self.ref, timeout_s, reap=self.popen.poll) if self.ref else True
 
 
-class Fleet:
+class FleetBase:
     """What the fleets of processes (`ServiceFleet`) and containers (`run.app_containers.ContainerFleet`)
     share: their instances by (service, index), started together (each with a free loopback port) and
     always stopped together (a context manager). Subclasses say how one instance is made, launched, waited
@@ -153,7 +153,7 @@ class Fleet:
         self.log_dir = Path(run_dir) / "services"
         self.instances: dict[tuple[str, int], object] = {}
 
-    def __enter__(self) -> "Fleet":
+    def __enter__(self) -> "FleetBase":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -230,7 +230,7 @@ class Fleet:
         raise NotImplementedError
 
 
-class ServiceFleet(Fleet):
+class ServiceFleet(FleetBase):
     """The instances of some services as processes, started together and always stopped together.
 
     `owner` names them in the process registry (e.g. `<run_id>-services`); everything registered

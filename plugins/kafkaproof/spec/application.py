@@ -431,6 +431,10 @@ def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSecti
                             f"e.g. [java, -jar, app.jar]; got {command!r}")
     argv = tuple(_template(a, f"{where}.command[{i}]", SERVICE_PLACEHOLDERS, SERVICE_PLACEHOLDER)
                  for i, a in enumerate(command))
+    jar = next((i for i, a in enumerate(argv) if "{example_app:" in a), None)
+    if image is not None and jar is not None:
+        raise ScenarioError(f"{where}.command[{jar}]: {{example_app:<service>}} is a jar on this host; in the "
+                            f"container of image {EXAMPLE_APP_IMAGE} the jars are /app/<service>.jar")
     cwd = data.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise ScenarioError(f"{where}.cwd: must be a directory path (relative to the scenario file); got {cwd!r}")

@@ -347,6 +347,9 @@ def test_an_image_service_is_read_with_its_port_and_an_optional_command():
     ({"cwd": "app"}, "application.services[0].cwd: an image service runs in its container's working directory"),
     ({"compose_service": "signup"}, "application.services[0].compose_service: a service of a compose file is not "
                                     "supported yet; with the compose backend give image:"),
+    ({"command": ["java", "-jar", "{example_app:signup-service}"]},
+     "application.services[0].command[2]: {example_app:<service>} is a jar on this host; in the container of image "
+     "{example_app} the jars are /app/<service>.jar"),
     ({"image": None, "port": None}, "application.services[0]: give command (a process on this host) or, with "
                                     "cluster.backend: compose, image (a container)"),
 ])

@@ -108,7 +108,7 @@ class _Container:
     values: dict[str, str]  # placeholders inside the container
     log_path: Path
     name: str
-    log_offset: int = 0  # where this start's output begins in `docker logs`
+    since: str | None = None  # this start's time (the engine's StartedAt) after a restart: its output since then
     started: float = 0.0
 
     @property
@@ -159,10 +159,11 @@ class ContainerFleet(FleetBase):
             de.docker(*cmd, self.images[spec.name], *argv, timeout=120)
         except ClusterError as e:
             raise ApplicationError(f"{inst.label} could not start from {self.images[spec.name]}: {e}") from None
-        inst.log_offset, inst.started = 0, time.monotonic()
+        inst.since, inst.started = None, time.monotonic()
 
-    def _logs(self, inst: _Container) -> str:
-        proc = de.docker("logs", inst.name, check=False, timeout=60)
+    def _logs(self, inst: _Container, since: str | None = None) -> str:
+        """The container's output (stdout, then stderr), all of it or since an engine timestamp."""
+        proc = de.docker("logs", *(("--since", since) if since else ()), inst.name, check=False, timeout=60)
         return proc.stdout + proc.stderr if proc.returncode == 0 else ""
 
     def save_log(self, inst: _Container) -> str:
@@ -177,7 +178,8 @@ class ContainerFleet(FleetBase):
         return json.loads(proc.stdout) if proc.returncode == 0 else {}
 
     def _failure(self, inst: _Container, what: str) -> ApplicationError:
-        tail = tail_of(self.save_log(inst)[inst.log_offset:])
+        self.save_log(inst)
+        tail = tail_of(self._logs(inst, inst.since))
         return ApplicationError(f"{inst.label} {what} ({inst.readiness()}); last lines of {inst.log_path}:\n{tail}")
 
     def _await_ready(self, inst: _Container) -> None:
@@ -188,7 +190,7 @@ class ContainerFleet(FleetBase):
             if not st.get("Running"):
                 raise self._failure(inst, f"exited with code {st.get('ExitCode')} before it was ready")
             url = inst.ready_url()
-            if http_ready(url) if url else pattern.search(self._logs(inst)[inst.log_offset:]):
+            if http_ready(url) if url else pattern.search(self._logs(inst, inst.since)):
                 return
             if time.monotonic() >= deadline:
                 raise self._failure(inst, f"was not ready within {inst.spec.ready_timeout_s:g} s; raise its "
@@ -244,12 +246,11 @@ class ContainerFleet(FleetBase):
 
     def _launch_again(self, inst: _Container) -> None:
         """`docker start` the same container (same published port; its output so far kept)."""
-        inst.log_offset = len(self._logs(inst))
         try:
             de.docker("start", inst.name)
         except ClusterError as e:
             raise ApplicationError(f"{inst.label} could not start again: {e}") from None
-        inst.started = time.monotonic()
+        inst.since, inst.started = self._inspect(inst).get("StartedAt"), time.monotonic()
 
     def stop_all(self) -> None:
         """`docker stop` every instance at once (SIGTERM: they flush; SIGKILL after the grace period), save

@@ -3,7 +3,8 @@ application's image built locally from its Maven-built jars, the catalog's compo
 analysed by the real Spark job and judged by the GX suites; the `app` faults on a container (kill, pause,
 the heal's restart); and nothing of the run's containers left afterwards.
 
-Run under the shared lock (it starts containers): `make test-compose`.
+Run under the shared lock (it starts containers): `make test-compose`; the pair (~110 s) is marked `long`
+(`make test-long`), a variant of tests/cluster/test_app_scenarios.py's pair on the other backend.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def app_containers(label: str) -> list[str]:
     return de.docker("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}").stdout.split()
 
 
+@pytest.mark.long  # ~110 s (two runs of ~44 s and one analysis of ~20 s): past make test's 30-min budget
 def test_the_compose_e6_pair_detects_accepted_but_lost_signups_and_leaves_no_container(docker_ready, tmp_path):
     results, _ = run_e6_pair(PAIR, tmp_path, "app-compose")
     for result in results.values():

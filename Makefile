@@ -49,14 +49,17 @@ java: kafka
 # Docker for the compose backend and its tests, in two parts. docker-base needs no Kafka jars: the
 # engine (own daemon, off the host firewall), the base image (also the tools image of network
 # faults) and the Compose CLI — minutes on a fresh machine, so `make test` runs it beside the
-# Python and Kafka setup. docker adds the Kafka images from the jars (seconds).
+# Python and Kafka setup. docker adds the Kafka images from the jars (seconds) and the example
+# application's image from its Maven-built jars (scripts/docker-image.sh --app; the first Maven build
+# downloads Spring Boot into ~/.m2, later ones are cached).
 docker-base: system-packages
 	@export DOCKER_HOST="$$(bash scripts/docker-engine.sh)" && \
 	  bash scripts/docker-image.sh --base >/dev/null && bash scripts/docker-compose-cli.sh
 
 docker: setup docker-base
 	@export DOCKER_HOST="$$(bash scripts/docker-engine.sh)" && \
-	  for v in $(KAFKA_VERSIONS); do bash scripts/docker-image.sh $$v >/dev/null; done
+	  for v in $(KAFKA_VERSIONS); do bash scripts/docker-image.sh $$v >/dev/null; done && \
+	  $(PY) -c "from kafkaproof.run import app_containers; print('[setup] example application image:', app_containers.example_image())"
 
 # Everything the tests need, Docker included (docker-base beside the Python and Kafka setup).
 test-setup: system-packages

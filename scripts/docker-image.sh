@@ -3,6 +3,7 @@
 #
 #   bash scripts/docker-image.sh 4.3.1      # prints kafkaproof/kafka:4.3.1 on stdout
 #   bash scripts/docker-image.sh --base     # only the base (also the tools image of network faults)
+#   bash scripts/docker-image.sh --app JAR_DIR IMAGE   # an application's jars on the base (prints IMAGE)
 #
 # 1. kafkaproof/base:bookworm: a Debian bookworm minbase root filesystem (debootstrap, from the
 #    Debian mirror apt uses here) with a Java 17 JRE, iproute2, nftables and procps, imported
@@ -10,6 +11,9 @@
 # 2. kafkaproof/kafka:<version>: compose/image/Dockerfile FROM the base, adding the Kafka jars
 #    that `make setup` resolved from Maven Central ($KAFKAPROOF_CACHE/kafka/<version>/libs)
 #    and compose/image/entrypoint.sh (configured through the environment like apache/kafka).
+# 3. --app: IMAGE (e.g. kafkaproof/signup-app:<hash>, the example application's, issue 39) FROM the
+#    base with every JAR_DIR/*.jar at /app/, working directory /app, no entrypoint: a scenario's
+#    `command:` runs `java -jar /app/<service>.jar ...`.
 #
 # Each image carries the label io.kafkaproof.content-hash: the hash of what it was built from.
 # An image with the expected hash is reused; otherwise it is rebuilt. Uses $DOCKER_HOST, or
@@ -18,8 +22,11 @@
 set -euo pipefail
 
 VERSION="${1:-}"
-if ! [[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ || "$VERSION" == --base ]]; then
-  echo "usage: $0 KAFKA_VERSION | --base   (e.g. 4.3.1 or 3.9.2)" >&2
+APP_JARS="${2:-}"
+APP_IMAGE="${3:-}"
+if ! [[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ || "$VERSION" == --base ||
+        ( "$VERSION" == --app && -d "$APP_JARS" && -n "$APP_IMAGE" ) ]]; then
+  echo "usage: $0 KAFKA_VERSION | --base | --app JAR_DIR IMAGE   (e.g. 4.3.1 or 3.9.2)" >&2
   exit 2
 fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -134,6 +141,31 @@ else
 fi
 if [ "$VERSION" = --base ]; then
   echo "$BASE_IMAGE"
+  exit 0
+fi
+
+build_app() {  # IMAGE from the base and the jars of JAR_DIR, unless it is there with the same content
+  local jars=("$APP_JARS"/*.jar) want ctx
+  [ -f "${jars[0]}" ] || fail "no *.jar in $APP_JARS"
+  want="$( { docker image inspect -f '{{.Id}}' "$BASE_IMAGE"; (cd "$APP_JARS" && sha256sum -- *.jar); } | hash_of)"
+  if [ "$(label_of "$APP_IMAGE")" = "$want" ]; then
+    say "$APP_IMAGE is up to date ($HASH_LABEL=$want)"
+    return
+  fi
+  ctx="$(mktemp -d "$WORK/app-context.XXXXXX")"
+  # shellcheck disable=SC2064  # expand now: the path is fixed
+  trap "rm -rf '$ctx'" EXIT
+  mkdir "$ctx/app"
+  cp -l "${jars[@]}" "$ctx/app/" 2>/dev/null || cp "${jars[@]}" "$ctx/app/"
+  printf '%s\n' "FROM $BASE_IMAGE" "COPY app/ /app/" "WORKDIR /app" 'CMD ["java", "-version"]' >"$ctx/Dockerfile"
+  say "building $APP_IMAGE from ${#jars[@]} jar(s) in $APP_JARS"
+  docker build --label "$HASH_LABEL=$want" -t "$APP_IMAGE" "$ctx" >"$WORK/build-app.log" 2>&1 \
+    || { tail -n 20 "$WORK/build-app.log" >&2; fail "docker build of $APP_IMAGE failed (full log: $WORK/build-app.log)"; }
+  say "built $APP_IMAGE"
+}
+if [ "$VERSION" = --app ]; then
+  build_app
+  echo "$APP_IMAGE"
   exit 0
 fi
 

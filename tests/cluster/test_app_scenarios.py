@@ -13,18 +13,17 @@ import json
 import logging
 import subprocess
 import sys
-import time
 
 import pyarrow.parquet as pq
 import pytest
 
-from kafkaproof import analysis, pipeline
 from kafkaproof.cluster import procs
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.run.resolved import resolve
 from kafkaproof.spec.scenario import Scenario, validate_document
-from kafkaproof.verdict.validation import format_result, validate
+from kafkaproof.verdict.validation import format_result
 
+from app_pair import run_and_judge, run_e6_pair
 from support import leftovers
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
@@ -36,28 +35,6 @@ KILL_PAIR = ("app-processor-killed-batch-ack", "app-processor-skips-poison")
 LOST_ACK_PAIR = ("app-lost-acks-processed-twice", "app-lost-acks-deduplicated")
 
 
-def run_and_judge(tmp_path, names: tuple[str, ...]) -> tuple[dict, dict]:
-    """Run each catalog scenario (each must complete), analyse them in one Spark submit, judge each:
-    (run dirs, verdicts) by name; prints the times and the application's counts."""
-    runs = {}
-    for scn in pipeline.suite(names=list(names)):
-        started = time.monotonic()
-        result = ScenarioRun(resolve(scn), RunOptions(out=tmp_path)).execute()
-        log.info("%s: %s in %.1f s", scn.name, result.status, time.monotonic() - started)
-        print(f"[app] {scn.name}: run {result.status} in {time.monotonic() - started:.1f} s", flush=True)
-        assert result.status == "complete", result.error
-        runs[scn.name] = result.run_dir
-    started = time.monotonic()
-    analysis.analyze_many(list(runs.values()), quiet=True)
-    print(f"[app] analysis of {len(runs)} in {time.monotonic() - started:.1f} s", flush=True)
-    verdicts = {name: validate(run_dir, data_docs=False) for name, run_dir in runs.items()}
-    for name, v in verdicts.items():
-        manifest = json.loads((runs[name] / "manifest.json").read_text())
-        print(f"[app] {format_result(v)}\n[app] requests {manifest['application']['requests']} "
-              f"decode {manifest['application']['decode']['read_committed']['matched']} matched", flush=True)
-    return runs, verdicts
-
-
 def count(verdict, kind: str) -> int:
     return next(r for r in verdict.rows if r.anomaly == kind).count
 
@@ -67,7 +44,8 @@ def values(run_dir):
 
 
 def test_a_killed_processor_redelivers_and_loses_nothing_and_one_that_skips_poison_is_caught(tmp_path):
-    runs, verdicts = run_and_judge(tmp_path, KILL_PAIR)
+    results, verdicts = run_and_judge(KILL_PAIR, tmp_path, "app")
+    runs = {name: result.run_dir for name, result in results.items()}
     killed, poison = verdicts["app-processor-killed-batch-ack"], verdicts["app-processor-skips-poison"]
     assert killed.status == "pass", format_result(killed)
     assert count(killed, "not_delivered") == 0 and count(killed, "lost") == 0
@@ -92,7 +70,8 @@ def test_a_killed_processor_redelivers_and_loses_nothing_and_one_that_skips_pois
 
 @pytest.mark.long
 def test_lost_acks_put_signups_in_the_log_twice_processed_twice_unless_the_processor_deduplicates(tmp_path):
-    runs, verdicts = run_and_judge(tmp_path, LOST_ACK_PAIR)
+    results, verdicts = run_and_judge(LOST_ACK_PAIR, tmp_path, "app")
+    runs = {name: result.run_dir for name, result in results.items()}
     twice, once = verdicts["app-lost-acks-processed-twice"], verdicts["app-lost-acks-deduplicated"]
     assert twice.status == "pass", format_result(twice)  # the negative control found them
     assert count(twice, "reprocessed") > 0 and count(twice, "duplicates") > 0
@@ -108,13 +87,8 @@ def test_lost_acks_put_signups_in_the_log_twice_processed_twice_unless_the_proce
 
 @pytest.mark.long
 def test_the_e6_pair_detects_accepted_but_lost_signups_and_the_wait_for_ack_twin_passes(tmp_path):
-    runs, verdicts = run_and_judge(tmp_path, PAIR)
-    before, after = verdicts["app-e6-answer-before-ack"], verdicts["app-e6-wait-for-ack"]
-    assert before.status == "pass", format_result(before)  # the negative control found the loss
-    lost = next(r for r in before.rows if r.anomaly == "lost")
-    assert lost.count > 0 and lost.expected_detected
-    assert after.status == "pass", format_result(after)
-    assert next(r for r in after.rows if r.anomaly == "lost").count == 0
+    results, verdicts = run_e6_pair(PAIR, tmp_path, "app")
+    runs = {name: result.run_dir for name, result in results.items()}
     for v in verdicts.values():  # never passed: reported not applicable with the reason
         reordering = next(r for r in v.rows if r.anomaly == "reordering")
         assert reordering.not_applicable and "concurrently" in reordering.not_applicable

@@ -165,6 +165,12 @@ def ensure_image(version: str) -> str:
     return _run_script("docker-image.sh", version, env={"DOCKER_HOST": engine_url()})
 
 
+def ensure_app_image(jar_dir: Path, image: str) -> str:
+    """Build `image` (repository:tag) from kafkaproof's base image and the jars in `jar_dir` (at /app/ in the
+    image) unless it is there with the same content; returns the image name (`scripts/docker-image.sh --app`)."""
+    return _run_script("docker-image.sh", "--app", str(jar_dir), image, env={"DOCKER_HOST": engine_url()})
+
+
 def ensure_pulled(image: str) -> str:
     """A user's image (apache/kafka:4.1.0, a registry's): used when the engine has it, pulled otherwise."""
     if docker("image", "inspect", image, check=False).returncode == 0:

@@ -93,10 +93,13 @@ class AppRun:
     """One run's application: start, drive, poll, drain by identity, stop. See the module docstring."""
 
     def __init__(self, section: ApplicationSection, run_dir: Path, run_id: str, where: str,
-                 cluster: str | None = None, clock_offset_ns: int = 0) -> None:
+                 cluster: str | None = None, clock_offset_ns: int = 0, fleet: Any = None) -> None:
+        """`fleet`: the services' fleet when they are not processes (`run.app_containers.ContainerFleet`);
+        by default a `ServiceFleet` of the section's commands."""
         self.section, self.run_dir, self.run_id, self.where = section, run_dir, run_id, where
         self.clock_offset_ns = clock_offset_ns
-        self.fleet = ServiceFleet(service_specs(section), run_dir, f"{run_id}-services", cluster=cluster)
+        self.fleet = fleet if fleet is not None else ServiceFleet(service_specs(section), run_dir,
+                                                                   f"{run_id}-services", cluster=cluster)
         self.placeholders: dict[str, str] = {}
         self.stop_drive = threading.Event()
         self._drive_thread: threading.Thread | None = None
@@ -279,6 +282,8 @@ class AppRun:
             out["processed_decode"] = self.processed_decoder.counts.as_dict()
         if self.poller is not None:
             out["processed_polls"] = self.poller.stats.as_dict()
+        if hasattr(self.fleet, "manifest"):  # containers: the images (reference and id) they ran
+            out["containers"] = self.fleet.manifest()
         if self._http is not None:
             outcomes = self._http.column("outcome").to_pylist()
             out["requests"] = {o: outcomes.count(o) for o in (ACCEPTED, REJECTED, "indefinite")}

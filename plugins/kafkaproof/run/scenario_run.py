@@ -26,6 +26,7 @@ import pyarrow as pa
 from .. import __version__
 from ..paths import state_dir
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
+from ..cluster import docker_engine as de
 from ..cluster.heal import now
 from ..cluster.reuse import reuse_record
 from ..errors import KafkaproofError
@@ -36,6 +37,7 @@ from ..spec.client_versions import to_manifest
 from ..spec.connection import redacted
 from ..spec.application import check_application_host
 from ..spec.fault_families import family_of
+from .app_containers import ContainerFleet, container_target, resolve_images
 from .app_run import AppRun
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
@@ -129,6 +131,7 @@ class ScenarioRun:
         self.control = RunControl(options.control) if options.control else None
         self.sampler: SnapshotSampler | None = None
         self.node_log_start: dict[int, int] = {}  # where this run's lines begin in each node's server.log
+        self.app_images: dict[str, str] | None = None  # service -> image, for image services
         self.app: AppRun | None = None  # the application under test (issue 39), once its section is checked
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
@@ -215,6 +218,7 @@ class ScenarioRun:
         elif self.resolved.bootstrap is None:
             cfg = self.resolved.cluster_config(self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")
             self._refuse_unsupported(backend_class(cfg.backend).supported_for(), cfg.backend)
+            self._check_images()
             with self.phase("provision"):
                 self.cluster = start_cluster(cfg, self.scenario.upgrade_versions)
             stack.callback(self._teardown)
@@ -238,6 +242,15 @@ class ScenarioRun:
                 self.cluster.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
                 self.cluster.wait_in_sync(t["name"])
                 self.manifest["topic_description"] = self.cluster.describe_topic(t["name"])
+
+    def _check_images(self) -> None:
+        """The application's container images, checked (the example's built) before the cluster starts."""
+        section = self.scenario.application
+        if section is not None and any(s.image for s in section.services):
+            with self.phase("images"):
+                if self.cluster is None:  # else the engine the cluster runs on is bound already
+                    de.ensure_engine()
+                self.app_images = resolve_images(section, f"{self.scenario.path}: application")
 
     def _refuse_unsupported(self, supported: frozenset[str], backend: str) -> None:
         """The timeline's faults the backend cannot inject, refused before anything starts."""
@@ -396,8 +409,14 @@ class ScenarioRun:
         where = f"{self.scenario.path}: application"
         check_application_host(section, where)
         clock = self.manifest["clock"]
+        fleet = None
+        if any(s.image for s in section.services):
+            target = container_target(self.cluster)  # a compose cluster's network, or an error
+            if self.app_images is None:  # an attached cluster: checked now
+                self._check_images()
+            fleet = ContainerFleet(list(section.services), self.app_images, self.run_dir, self.run_id, target)
         app = AppRun(section, self.run_dir, self.run_id, where, cluster=self.cluster.name if self.cluster else None,
-                     clock_offset_ns=clock["wall_origin_ns"] - clock["monotonic_origin_ns"])
+                     clock_offset_ns=clock["wall_origin_ns"] - clock["monotonic_origin_ns"], fleet=fleet)
         self.app = app
         stack.callback(self._stop_application)
         self.manifest["clients"] = app.clients()

@@ -61,6 +61,21 @@ class ServiceSpec:
                 raise ApplicationError(f"service {self.name}: ready_log {self.ready_log!r} is not a regex: {e}") from None
 
 
+def http_ready(url: str) -> bool:
+    """Whether `url` answers a GET with 2xx within a second (any error or other status: not yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as r:
+            return 200 <= r.status < 300
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # HTTPError: non-2xx
+        return False
+
+
+def tail_of(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """Pure: the last `lines` lines of a log, or "(empty)"."""
+    last = text.splitlines()[-lines:]
+    return "\n".join(last) if last else "(empty)"
+
+
 @dataclass
 class _Instance:
     spec: ServiceSpec
@@ -89,10 +104,9 @@ class _Instance:
 
     def log_tail(self) -> str:
         try:
-            lines = self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            return tail_of(self.log_path.read_text(errors="replace"))
         except FileNotFoundError:
-            lines = []
-        return "\n".join(lines) if lines else "(empty)"
+            return tail_of("")
 
     def is_ready(self) -> bool:
         if self.spec.ready_log is not None:
@@ -100,11 +114,7 @@ class _Instance:
                 f.seek(self.log_offset)
                 text = f.read().decode(errors="replace")
             return re.search(self.spec.ready_log, text, re.MULTILINE) is not None
-        try:
-            with urllib.request.urlopen(fill_placeholders(self.spec.ready_url, self.values), timeout=1.0) as r:
-                return 200 <= r.status < 300
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # HTTPError: non-2xx
-            return False
+        return http_ready(fill_placeholders(self.spec.ready_url, self.values))
 
     def signal_group(self, sig: int) -> bool:
         """Signal the instance's process group while its leader is the process we started; False if gone."""
@@ -128,26 +138,21 @@ class _Instance:
         return process.wait_dead(self.ref, timeout_s, reap=self.popen.poll) if self.ref else True
 
 
-class ServiceFleet:
-    """The instances of some services, started together and always stopped together.
+class FleetBase:
+    """What the fleets of processes (`ServiceFleet`) and containers (`run.app_containers.ContainerFleet`)
+    share: their instances by (service, index), started together (each with a free loopback port) and
+    always stopped together (a context manager). Subclasses say how one instance is made, launched, waited
+    for and how they all stop."""
 
-    `owner` names them in the process registry (e.g. `<run_id>-services`); everything registered
-    under it is forgotten by `stop_all`, so do not share it with other processes of the run.
-    """
-
-    def __init__(self, specs: list[ServiceSpec], run_dir: Path, owner: str, cluster: str | None = None,
-                 grace_s: float = 5.0):
+    def __init__(self, specs: list, run_dir: Path):
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ApplicationError(f"service names must be unique, got {names}")
         self.specs = specs
         self.log_dir = Path(run_dir) / "services"
-        self.owner = owner
-        self.cluster = cluster
-        self.grace_s = grace_s
-        self.instances: dict[tuple[str, int], _Instance] = {}
+        self.instances: dict[tuple[str, int], object] = {}
 
-    def __enter__(self) -> "ServiceFleet":
+    def __enter__(self) -> "FleetBase":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -155,8 +160,9 @@ class ServiceFleet:
 
     def start(self, placeholders: Mapping[str, str]) -> None:
         """Start every instance (with `{bootstrap}`, `{topic}`, `{group}`, `{run_id}` from `placeholders`,
-        `{instance}` and a free `{port}` each) and wait until each is ready; on a failure stop them all
-        and raise `ApplicationError` naming the instance, its readiness check and its last log lines."""
+        `{instance}` and a free `{port}` each, unless the subclass says otherwise) and wait until each is
+        ready; on a failure stop them all and raise `ApplicationError` naming the instance, its readiness
+        check and its last log lines."""
         missing = [p for p in RUN_PLACEHOLDERS if p not in placeholders]
         if missing:
             raise ApplicationError(f"services need the run's {', '.join(missing)} to start")
@@ -164,11 +170,12 @@ class ServiceFleet:
         ports = iter(free_ports("127.0.0.1", sum(s.instances for s in self.specs)))
         try:
             for spec in self.specs:
+                self._prepare(spec)
                 for i in range(spec.instances):
                     port = next(ports)
                     values = {**{k: str(placeholders[k]) for k in RUN_PLACEHOLDERS},
-                              "instance": str(i), "port": str(port)}
-                    inst = _Instance(spec, i, port, values, self.log_dir / f"{spec.name}-{i}.log")
+                              "instance": str(i), "port": str(port), **self._inside(spec)}
+                    inst = self._new_instance(spec, i, port, values, self.log_dir / f"{spec.name}-{i}.log")
                     self.instances[(spec.name, i)] = inst
                     self._launch(inst)
             for inst in self.instances.values():
@@ -176,6 +183,68 @@ class ServiceFleet:
         except BaseException:
             self.stop_all()
             raise
+
+    def _prepare(self, spec) -> None:
+        """Before a service's instances start (nothing here)."""
+
+    def _inside(self, spec) -> dict[str, str]:
+        """Placeholders the service sees differently from the host (none here: it runs on the host)."""
+        return {}
+
+    def _instance(self, name: str, i: int):
+        try:
+            return self.instances[(name, i)]
+        except KeyError:
+            raise ApplicationError(f"no instance {i} of service {name}; running: "
+                                   f"{', '.join(f'{n}-{j}' for n, j in self.instances) or 'none'}") from None
+
+    def restart(self, name: str, i: int) -> None:
+        """Kill one instance if it runs, start it again (same port, its log kept) and wait until ready."""
+        inst = self._instance(name, i)
+        self.kill(name, i)
+        self._launch_again(inst)
+        try:
+            self._await_ready(inst)
+        except ApplicationError:
+            self.kill(name, i)
+            raise
+
+    def _launch_again(self, inst) -> None:
+        """Start a killed instance again: as the first time here."""
+        self._launch(inst)
+
+    def kill(self, name: str, i: int) -> None:
+        raise NotImplementedError
+
+    def _new_instance(self, spec, i: int, port: int, values: dict[str, str], log_path: Path):
+        raise NotImplementedError
+
+    def _launch(self, inst) -> None:
+        raise NotImplementedError
+
+    def _await_ready(self, inst) -> None:
+        raise NotImplementedError
+
+    def stop_all(self) -> None:
+        raise NotImplementedError
+
+
+class ServiceFleet(FleetBase):
+    """The instances of some services as processes, started together and always stopped together.
+
+    `owner` names them in the process registry (e.g. `<run_id>-services`); everything registered
+    under it is forgotten by `stop_all`, so do not share it with other processes of the run.
+    """
+
+    def __init__(self, specs: list[ServiceSpec], run_dir: Path, owner: str, cluster: str | None = None,
+                 grace_s: float = 5.0):
+        super().__init__(specs, run_dir)
+        self.owner = owner
+        self.cluster = cluster
+        self.grace_s = grace_s
+
+    def _new_instance(self, spec: ServiceSpec, i: int, port: int, values: dict[str, str], log_path: Path) -> _Instance:
+        return _Instance(spec, i, port, values, log_path)
 
     def _launch(self, inst: _Instance) -> None:
         spec = inst.spec
@@ -208,13 +277,6 @@ class ServiceFleet:
                     f"raise its readiness timeout or check the service; last lines of {inst.log_path}:\n"
                     f"{inst.log_tail()}")
             time.sleep(0.05)
-
-    def _instance(self, name: str, i: int) -> _Instance:
-        try:
-            return self.instances[(name, i)]
-        except KeyError:
-            raise ApplicationError(f"no instance {i} of service {name}; running: "
-                                   f"{', '.join(f'{n}-{j}' for n, j in self.instances) or 'none'}") from None
 
     def pid(self, name: str, i: int) -> int | None:
         """The pid of an instance's process while it runs, else None."""
@@ -255,17 +317,6 @@ class ServiceFleet:
         if not inst.signal_group(signal.SIGCONT):
             raise ApplicationError(f"service {name} instance {i} is not running; cannot resume it")
         inst.wait_state("running")
-
-    def restart(self, name: str, i: int) -> None:
-        """Kill one instance if it runs, start it again (same port, log appended) and wait until ready."""
-        inst = self._instance(name, i)
-        self.kill(name, i)
-        self._launch(inst)
-        try:
-            self._await_ready(inst)
-        except ApplicationError:
-            self.kill(name, i)
-            raise
 
     def stop_all(self) -> None:
         """SIGTERM every instance's group (SIGKILL after the grace period to what is left of it, children that

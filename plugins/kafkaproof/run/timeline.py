@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import KafkaproofError
 from ..faults import AppHandler, ConsumerHandler, FaultInjector
+from ..faults.families.app import Fleet
 from ..spec.fault_families import APP, CONSUMER
 from ..spec.scenario import TimelineFault
 from .control import POLL_S, RunControl
-from .services import ServiceFleet
 from .workers import WorkerEvents, Workers
 
 if TYPE_CHECKING:
@@ -39,12 +39,13 @@ class Timeline:
     the run, and what is still injected is healed when the workload ends, as always.
 
     Faults on the run's own processes (`consumer:<i>`, and `app:<service>` on its `services`, a
-    `ServiceFleet`; None when the scenario has no application) are the run's handlers', not the injector's.
+    `ServiceFleet` or `ContainerFleet`; None when the scenario has no application) are the run's handlers',
+    not the injector's.
     """
 
     def __init__(self, run: ScenarioRun, injector: FaultInjector | None, workers: Workers, t0: float,
                  events: WorkerEvents | None = None, control: RunControl | None = None,
-                 services: ServiceFleet | None = None):
+                 services: Fleet | None = None):
         self.run, self.injector, self.workers, self.t0, self.events = run, injector, workers, t0, events
         self.control = control
         self.entries = run.scenario.timeline()

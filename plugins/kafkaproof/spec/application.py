@@ -15,6 +15,9 @@ do not drive it yet.
 - `parse_application` reads a scenario's `application` section (its services, how to drive them, the
   identity of an event, how to see what was processed) into an `ApplicationSection`;
   `check_application_host` checks that what it names exists on this host (cwd, commands).
+- A service is a command (a process on this host) or, with the compose backend, an `image` (a container on
+  the cluster's network, its `port` published on a loopback port); `check_application_backend` refuses an
+  image on another backend. A `compose_service` is refused: not supported yet.
 
 Pure: no I/O, except `check_application_host` (it looks at the filesystem and PATH).
 """
@@ -294,7 +297,12 @@ RECORD_FIELDS = ("id", "partition", "offset", "topic", "time_ms")
 PROCESSED_MODES = ("counts", "log", "distinct")
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 APPLICATION_FIELDS = ("services", "drive", "identity", "processed")
-SERVICE_FIELDS = ("name", "command", "cwd", "env", "instances", "ready", "ready_timeout_s")
+SERVICE_FIELDS = ("name", "command", "image", "port", "compose_service", "cwd", "env", "instances", "ready",
+                  "ready_timeout_s")
+# What an image service may name: a local image reference, or `{example_app}` (the example application's
+# image, built locally from the cache's jars: run/app_containers.py).
+IMAGE_REF = re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?")
+EXAMPLE_APP_IMAGE = "{example_app}"
 DRIVE_FIELDS = ("service", "request", "rate", "messages", "duration_s", "timeout_s")
 PROCESSED_FIELDS = {"http": ("url", "service", "poll_s", "pointer", "records", "mode"), "topic": ("name", "identity"),
                     "postgres": ("dsn", "query")}
@@ -303,7 +311,9 @@ PROCESSED_FIELDS = {"http": ("url", "service", "poll_s", "pointer", "records", "
 @dataclass(frozen=True)
 class ServiceSection:
     """One service of the application: its command line (`argv`, placeholders not yet substituted), its
-    working directory (absolute), extra environment, instance count and exactly one readiness check."""
+    working directory (absolute), extra environment, instance count and exactly one readiness check.
+    With `image` (the compose backend) it is a container of that image: `argv` then overrides the image's
+    command (empty: the image's own) and `port` is the port it listens on inside the container."""
     name: str
     argv: tuple[str, ...]
     cwd: str | None
@@ -312,6 +322,8 @@ class ServiceSection:
     ready_url: str | None
     ready_log: str | None
     ready_timeout_s: float
+    image: str | None = None
+    port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -435,18 +447,52 @@ def _absolute(cwd: str, base_dir: Path | None) -> str:
                                          os.path.expanduser(cwd)))
 
 
+def _parse_image(data: Mapping, where: str) -> tuple[str | None, int | None]:
+    """The service's `image` and container `port` (None, None for a command service); ScenarioError naming
+    the field. `compose_service` is refused: not supported yet."""
+    if "compose_service" in data:
+        raise ScenarioError(f"{where}.compose_service: a service of a compose file is not supported yet; with "
+                            f"the compose backend give image: (a locally built image) and port:, or command:")
+    if "image" not in data:
+        if "command" not in data:
+            raise ScenarioError(f"{where}: give command (a process on this host) or, with cluster.backend: compose, "
+                                f"image (a container)")
+        if "port" in data:
+            raise ScenarioError(f"{where}.port: only an image service takes it (a command service gets a free "
+                                f"{{port}} of its own)")
+        return None, None
+    if "cwd" in data:
+        raise ScenarioError(f"{where}.cwd: an image service runs in its container's working directory; remove cwd")
+    image = data["image"]
+    if not isinstance(image, str) or not (image == EXAMPLE_APP_IMAGE or IMAGE_REF.fullmatch(image)):
+        raise ScenarioError(f"{where}.image: {image!r} is not an image reference; allowed: a local image such as "
+                            f"my-team/signup:1.4, or {EXAMPLE_APP_IMAGE} (the example application's image)")
+    if "port" not in data:
+        raise ScenarioError(f"{where}.port: required with image: the port the service listens on inside its "
+                            f"container (published on a loopback port of this host, the {{port}} of URLs)")
+    port = data["port"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ScenarioError(f"{where}.port: must be an integer 1..65535; got {port!r}")
+    return image, port
+
+
 def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSection:
-    data = _mapping(data, where, SERVICE_FIELDS, ("name", "command", "ready"))
+    data = _mapping(data, where, SERVICE_FIELDS, ("name", "ready"))
     name = data["name"]
     if not isinstance(name, str) or not SERVICE_NAME.fullmatch(name):
         raise ScenarioError(f"{where}.name: {name!r} is not a service name; allowed: lowercase letters, digits "
                             f"and '-', starting with a letter or digit, at most 63 characters")
-    command = data["command"]
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+    image, port = _parse_image(data, where)
+    command = data.get("command", [])
+    if not isinstance(command, list) or not (command or image) or not all(isinstance(a, str) and a for a in command):
         raise ScenarioError(f"{where}.command: must be a non-empty list of non-empty strings (quote numbers), "
                             f"e.g. [java, -jar, app.jar]; got {command!r}")
     argv = tuple(_template(a, f"{where}.command[{i}]", SERVICE_PLACEHOLDERS, SERVICE_PLACEHOLDER)
                  for i, a in enumerate(command))
+    jar = next((i for i, a in enumerate(argv) if "{example_app:" in a), None)
+    if image is not None and jar is not None:
+        raise ScenarioError(f"{where}.command[{jar}]: {{example_app:<service>}} is a jar on this host; in the "
+                            f"container of image {EXAMPLE_APP_IMAGE} the jars are /app/<service>.jar")
     cwd = data.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise ScenarioError(f"{where}.cwd: must be a directory path (relative to the scenario file); got {cwd!r}")
@@ -478,7 +524,8 @@ def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSecti
         except re.error as e:
             raise ScenarioError(f"{where}.ready.log: {ready_log!r} is not a regular expression: {e}") from None
     return ServiceSection(name, argv, _absolute(cwd, base_dir) if cwd is not None else None, checked_env, instances,
-                          ready_url, ready_log, _number(data, "ready_timeout_s", where, DEFAULT_READY_TIMEOUT_S))
+                          ready_url, ready_log, _number(data, "ready_timeout_s", where, DEFAULT_READY_TIMEOUT_S),
+                          image, port)
 
 
 def _service_ref(data: Mapping, where: str, names: tuple[str, ...]) -> str:
@@ -588,11 +635,33 @@ def parse_application(data: Any, where: str, base_dir: Path | None) -> Applicati
         if name in names[:i]:
             raise ScenarioError(f"{where}.services[{i}].name: {name!r} is already the name of "
                                 f"services[{names.index(name)}]; service names must be unique")
+    kinds = {s.image is not None for s in services}
+    if len(kinds) > 1:
+        first = next(i for i, s in enumerate(services) if s.image is not None)
+        raise ScenarioError(f"{where}.services[{first}].image: mixing image and command services in one application "
+                            f"is not supported; run every service as a container (image:) or as a process (command:)")
     identity = parse_identity(data["identity"], f"{where}.identity")
     processed = data.get("processed")
     return ApplicationSection(services, _parse_drive(data["drive"], f"{where}.drive", names), identity,
                               None if processed is None else
                               _parse_processed(processed, f"{where}.processed", names, identity))
+
+
+def check_application_backend(data: Mapping[str, Any], backend: str, proxy: bool, where: str) -> None:
+    """Pure, on the raw `application` section (schema-checked): image services need the compose backend
+    without the fault proxy (their clients reach the brokers inside the cluster's network); ScenarioError
+    naming the field and what is allowed otherwise."""
+    for i, service in enumerate(data.get("services") or ()):
+        if not isinstance(service, Mapping) or "image" not in service:
+            continue
+        at = f"{where}.services[{i}].image"
+        if backend != "compose":
+            raise ScenarioError(f"{at}: a container image needs cluster.backend: compose (the {backend} backend runs "
+                                f"services as processes on this host: give command instead)")
+        if proxy:
+            raise ScenarioError(f"{at}: containers reach the brokers inside the cluster's network, which the fault "
+                                f"proxy (cluster.proxy) does not front; remove cluster.proxy or run the service "
+                                f"as a command")
 
 
 def check_application_host(section: ApplicationSection, where: str) -> None:
@@ -601,6 +670,8 @@ def check_application_host(section: ApplicationSection, where: str) -> None:
     one); a command[0] with a placeholder is left to the run. ScenarioError naming the field otherwise."""
     for i, service in enumerate(section.services):
         at = f"{where}.services[{i}]"
+        if service.image is not None:
+            continue  # its command runs in the container: the engine checks the image (run/app_containers.py)
         if service.cwd is not None and not os.path.isdir(service.cwd):
             raise ScenarioError(f"{at}.cwd: {service.cwd} is not a directory (a relative cwd starts at the "
                                 f"scenario file's directory)")
@@ -626,11 +697,16 @@ SCHEMA: dict[str, Any] = {
     "description": "your own services under test, driven by HTTP (docs/application.md)",
     "properties": {
         "services": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "additionalProperties": False, "required": ["name", "command", "ready"],
+            "type": "object", "additionalProperties": False, "required": ["name", "ready"],
             "properties": {
                 "name": {"type": "string", "pattern": f"^{SERVICE_NAME.pattern}$"},
                 "command": {"type": "array", "minItems": 1, "items": _STR,
-                            "description": "argv; {port}, {instance}, {bootstrap}, {topic}, {group}, {run_id}"},
+                            "description": "argv (with image: the container's command); {port}, {instance}, "
+                                           "{bootstrap}, {topic}, {group}, {run_id}"},
+                "image": {"type": "string", "description": "compose backend: a local image, or {example_app}"},
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535,
+                         "description": "with image: the port it listens on in its container"},
+                "compose_service": {"description": "not supported yet"},
                 "cwd": {"type": "string", "description": "relative to the scenario file's directory"},
                 "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
                 "instances": {"type": "integer", "minimum": 1, "maximum": MAX_INSTANCES},

@@ -17,7 +17,8 @@ import yaml
 
 from .anomalies import EXPECTABLE
 from . import application as app_section
-from .application import ApplicationSection, check_application_host, parse_application
+from .application import (ApplicationSection, check_application_backend, check_application_host,
+                          parse_application)
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
@@ -514,6 +515,9 @@ def _check_semantics(data: dict, source: str) -> None:
             compose_topology(brokers, controllers)
         except ClusterError as e:
             fail("cluster.backend", f"compose: {e}")
+    if data.get("application"):
+        check_application_backend(data["application"], data["cluster"].get("backend", "local"),
+                                  bool(data["cluster"].get("proxy")), f"{source}: application")
     else:
         for key in ("image", "compose_file"):
             if data["cluster"].get(key):

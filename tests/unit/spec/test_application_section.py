@@ -358,3 +358,72 @@ def test_the_documented_example_is_a_valid_section():
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     app = parse(yaml.safe_load(block)["application"], Path("/repo/scenarios"))
     assert [s.cwd for s in app.services] == ["/repo/examples/signup-app"] * 2 and app.drive.service == "signup-service"
+
+
+# --- image services (the compose backend) -------------------------------------------------------------
+
+def _image_section(**service) -> dict:
+    data = section()
+    data["services"] = [{"name": "signup-service", "image": "{example_app}", "port": 8080,
+                         "ready": {"http": "http://127.0.0.1:{port}/actuator/health"}, **service},
+                        {"name": "signup-processor", "image": "team/processor:1.4", "port": 8081,
+                         "command": ["java", "-jar", "/app/p.jar", "--server.port={port}"],
+                         "ready": {"log": "Started .* in"}}]
+    return data
+
+
+def test_an_image_service_is_read_with_its_port_and_an_optional_command():
+    app = parse(_image_section(env={"BOOTSTRAP": "{bootstrap}"}))
+    first, second = app.services
+    assert (first.image, first.port, first.argv, first.cwd, first.env) == ("{example_app}", 8080, (), None,
+                                                                           {"BOOTSTRAP": "{bootstrap}"})
+    assert (second.image, second.port, second.argv[-1]) == ("team/processor:1.4", 8081, "--server.port={port}")
+
+
+@pytest.mark.parametrize("service, message", [
+    ({"image": "Not An Image"}, "application.services[0].image: 'Not An Image' is not an image reference; allowed: "
+                                "a local image such as my-team/signup:1.4, or {example_app}"),
+    ({"port": None}, "application.services[0].port: required with image: the port the service listens on inside"),
+    ({"port": 70000}, "application.services[0].port: must be an integer 1..65535; got 70000"),
+    ({"cwd": "app"}, "application.services[0].cwd: an image service runs in its container's working directory"),
+    ({"compose_service": "signup"}, "application.services[0].compose_service: a service of a compose file is not "
+                                    "supported yet; with the compose backend give image:"),
+    ({"command": ["java", "-jar", "{example_app:signup-service}"]},
+     "application.services[0].command[2]: {example_app:<service>} is a jar on this host; in the container of image "
+     "{example_app} the jars are /app/<service>.jar"),
+    ({"image": None, "port": None}, "application.services[0]: give command (a process on this host) or, with "
+                                    "cluster.backend: compose, image (a container)"),
+])
+def test_an_image_service_is_refused_naming_the_field(service, message):
+    data = _image_section(**{k: v for k, v in service.items() if v is not None})
+    for key in [k for k, v in service.items() if v is None]:
+        del data["services"][0][key]
+    with pytest.raises(ScenarioError) as e:
+        parse(data)
+    assert message in str(e.value)
+
+
+def test_a_command_service_takes_no_port_and_services_are_all_images_or_all_commands():
+    data = section()
+    data["services"][1]["port"] = 8080
+    with pytest.raises(ScenarioError, match=r"services\[1\].port: only an image service takes it"):
+        parse(data)
+    data = _image_section()
+    data["services"][1] = section()["services"][1]
+    with pytest.raises(ScenarioError, match=r"services\[0\].image: mixing image and command services"):
+        parse(data)
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({}, "application.services[0].image: a container image needs cluster.backend: compose (the local backend runs "
+         "services as processes on this host: give command instead)"),
+    ({"backend": "compose", "proxy": True}, "application.services[0].image: containers reach the brokers inside the "
+                                            "cluster's network, which the fault proxy"),
+])
+def test_an_image_service_needs_the_compose_backend_without_the_proxy_before_anything_starts(tmp_path, cluster, message):
+    doc = {"name": "app", "guarantee": "at-least-once", "application": _image_section(), "cluster": cluster}
+    with pytest.raises(ScenarioError) as e:
+        scenario_mod.load(_write(tmp_path, doc))
+    assert message in str(e.value)
+    doc["cluster"] = {"backend": "compose"}
+    assert scenario_mod.load(_write(tmp_path, doc)).application.services[0].image == "{example_app}"

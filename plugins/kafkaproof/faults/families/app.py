@@ -1,6 +1,7 @@
 """Application faults: instances of the application's services (issue 39; targets `app:<service>`, every
 instance, and `app:<service>:<i>`, one) killed (SIGKILL), stopped (SIGTERM), paused (SIGSTOP) or restarted
-at once. The heal starts a killed or stopped instance again and waits until it is ready (as a consumer
+at once; services run as containers (the compose backend's image services) get `docker kill`, `docker stop`,
+`docker pause` and `docker kill` + `docker start` instead. The heal starts a killed or stopped instance again and waits until it is ready (as a consumer
 fault's heal starts the consumer again), or resumes a paused one. The run owns the services (their
 `run.services.ServiceFleet`, handed in as `fleet`), and the faults are logged to the run's fault log only: the
 cluster has nothing to heal after a crash, and the fleet stops every instance when the run ends."""
@@ -22,7 +23,7 @@ DEFAULT_STOP_TIMEOUT_S = 30.0
 
 
 class Fleet(Protocol):
-    """What the handler asks of the run's services (`run.services.ServiceFleet`)."""
+    """What the handler asks of the run's services (`run.services.ServiceFleet`, `run.app_containers.ContainerFleet`)."""
 
     instances: Mapping[tuple[str, int], Any]
 

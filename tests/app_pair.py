@@ -39,10 +39,15 @@ def run_e6_pair(names: tuple[str, str], out: Path, tag: str) -> tuple[dict, dict
     """`run_and_judge` the E6 pair (answer-before-ack, wait-for-ack); check the first detected `lost` and
     the second lost nothing, both passing."""
     results, verdicts = run_and_judge(names, out, tag)
+    check_e6_pair(verdicts, names)
+    return results, verdicts
+
+
+def check_e6_pair(verdicts: dict, names: tuple[str, str]) -> None:
+    """The E6 pair's verdicts: the first (answer-before-ack) detected `lost`, the second lost nothing, both pass."""
     before, after = verdicts[names[0]], verdicts[names[1]]
     assert before.status == "pass", format_result(before)  # the negative control found the loss
     lost = next(r for r in before.rows if r.anomaly == "lost")
     assert lost.count > 0 and lost.expected_detected
     assert after.status == "pass", format_result(after)
     assert next(r for r in after.rows if r.anomaly == "lost").count == 0
-    return results, verdicts

@@ -32,9 +32,8 @@ from typing import Any, Callable, Mapping
 
 from ..cluster import docker_engine as de
 from ..errors import ApplicationError, ClusterError, ScenarioError
-from ..spec.application import EXAMPLE_APP_IMAGE, ApplicationSection, ServiceSection
+from ..spec.application import EXAMPLE_APP_IMAGE, ApplicationSection, ServiceSection, fill_placeholders
 from . import example_app
-from ..spec.application import fill_placeholders
 from .services import FleetBase, http_ready, tail_of
 
 log = logging.getLogger(__name__)

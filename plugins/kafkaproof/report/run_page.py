@@ -422,6 +422,9 @@ def section_links(v: RunView) -> Markup:
     work = [link(rel_href(p, here), f"work/{p.name}") for p in sorted((rd / "work").glob("*.log"))]
     groups.append(("Broker logs", logs or [esc("none copied")]))
     groups.append(("Client logs", work or [esc("none")]))
+    services = [link(rel_href(p, here), f"services/{p.name}") for p in sorted((rd / "services").glob("*.log"))]
+    if services:  # the application's services: each instance's stdout and stderr
+        groups.append(("Application logs", services))
     cards = [tag("div", [tag("h3", title), bullets(entries)], class_="card") for title, entries in groups]
     return join([tag("h2", "Files", id="files"), tag("div", cards, class_="grid2")])
 

@@ -471,3 +471,17 @@ def test_batch_report_reads_violations_from_the_run_when_the_summary_has_none(tm
     s = summary("r", "fail", rd, report=None)
     page = batch_page.write_batch_report([s], "b", runs, history_url=history_url).read_text()
     assert "300 acknowledged values were lost: they are not in the log after the faults healed." in text_of(page)
+
+
+@pytest.mark.unit
+def test_the_files_section_links_each_application_service_instances_log(tmp_path, history_url):
+    rd = make_run(tmp_path)
+    page = text_of(section(run_page.write_run_report(rd, history_url=history_url).read_text(), "files"))
+    assert "Application logs" not in page  # a run without an application
+    (rd / "services").mkdir()
+    for name in ("signup-service-0.log", "signup-processor-0.log"):
+        (rd / "services" / name).write_text("started\n")
+    files = section(run_page.write_run_report(rd, history_url=history_url).read_text(), "files")
+    assert "Application logs" in text_of(files)
+    for name in ("signup-processor-0.log", "signup-service-0.log"):
+        assert f'href="../services/{name}"' in files

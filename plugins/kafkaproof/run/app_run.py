@@ -13,6 +13,7 @@ Maven build of their own.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -111,6 +112,7 @@ class AppRun:
         # Filled in place by `index_events` once the drive is done: the processed decoder holds it.
         self.index: dict[str, int] = {}
         self.processed_decoder = _processed_decoder(section, run_id, self.index)
+        self._digests: dict[str, str] = {}  # file_digests by path, for the manifest
         self.started_ns: int | None = None
 
     # --- services
@@ -260,6 +262,7 @@ class AppRun:
         processed = self.section.processed
         out: dict[str, Any] = {
             "services": [{"name": name, "instance": i, "port": inst.port, "argv": inst.argv,
+                          "files": file_digests(inst.argv, self._digests),
                           "log": str(inst.log_path.relative_to(self.run_dir))}
                          for (name, i), inst in self.fleet.instances.items()],
             "drive": {"service": self.section.drive.service or None, "rate": self.section.drive.rate,
@@ -288,6 +291,24 @@ class AppRun:
             outcomes = self._http.column("outcome").to_pylist()
             out["requests"] = {o: outcomes.count(o) for o in (ACCEPTED, REJECTED, "indefinite")}
         return out
+
+
+def file_digests(argv: list[str], known: dict[str, str]) -> dict[str, str]:
+    """The sha256 of each file the command line names by its path (the service's jar, a script): what ran,
+    version for version. `known` caches digests by path for the run (instances share their jar)."""
+    out = {}
+    for arg in argv:
+        path = Path(arg)
+        if arg.startswith("-") or not path.is_file():
+            continue
+        if arg not in known:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            known[arg] = f"sha256:{digest.hexdigest()}"
+        out[arg] = known[arg]
+    return out
 
 
 class PollingFleet:

@@ -127,3 +127,14 @@ def test_a_fault_that_ends_an_instance_polls_the_processed_list_first_and_a_paus
                          ("poll", "signup-processor"), ("restart", "signup-processor", 0),
                          ("stop", "signup-processor", 0)]
     assert fleet.instances == app.instances
+
+
+def test_the_manifest_names_each_file_a_service_ran_by_its_digest(tmp_path):
+    from kafkaproof.run.app_run import file_digests
+    jar = tmp_path / "svc.jar"
+    jar.write_bytes(b"PK\x03\x04 a jar")
+    known: dict[str, str] = {}
+    digests = file_digests(["java", "-Xmx64m", "-jar", str(jar), "--server.port=1", str(tmp_path)], known)
+    assert digests == {str(jar): "sha256:" + __import__("hashlib").sha256(b"PK\x03\x04 a jar").hexdigest()}
+    jar.write_bytes(b"changed")  # a second instance of the run: the digest taken once
+    assert file_digests([str(jar)], known) == digests

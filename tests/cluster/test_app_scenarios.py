@@ -4,7 +4,8 @@ judged by the GX suites; and a service that never becomes ready, which ends the 
 with nothing left running.
 
 The E6 pair and the consumer-kill pair are the basic form in `make test` (four runs of ~40-60 s and one
-Spark submit); the rest is marked `long`. The first build of the example downloads Spring Boot into
+Spark submit) with the bad input refused on real processes (a service never ready, an endpoint rejecting
+every request, an identity matching no record: ~20 s); the lost-ack pair is marked `long`. The first build of the example downloads Spring Boot into
 ~/.m2 (cached after), and each service takes ~5-10 s to start beside three brokers.
 """
 from __future__ import annotations
@@ -108,7 +109,6 @@ def test_lost_acks_put_signups_in_the_log_twice_processed_twice_unless_the_proce
             assert f"--spring.kafka.bootstrap-servers={cluster['bootstrap_servers']}" in service["argv"], name
 
 
-@pytest.mark.long
 def test_a_service_that_never_becomes_ready_is_an_error_naming_it_with_nothing_left_running(tmp_path):
     doc = {"name": "app-never-ready", "guarantee": "at-least-once", "cluster": {"brokers": 1},
            "topic": {"partitions": 1, "replication_factor": 1},
@@ -174,7 +174,6 @@ def stand_in_run(tmp_path, mode: str):
     return ScenarioRun(resolve(scenario), RunOptions(out=tmp_path)).execute()
 
 
-@pytest.mark.long
 def test_an_endpoint_rejecting_every_request_and_an_identity_matching_no_record_are_errors(tmp_path):
     rejected = stand_in_run(tmp_path, "reject")
     assert rejected.status == "error"

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping
 
 from ..errors import KafkaproofError
 from .clients import producer_settings
-from .connection import BOOTSTRAP_KEYS, ConnectionConfigError, property_lines
+from .connection import BOOTSTRAP_KEYS, ConnectionConfigError, connection_text, property_lines, redacted
 
 FORMATS = ("java", "librdkafka", "spring")
 ROLES = ("producer", "consumer", "both")
@@ -81,10 +81,12 @@ class ClientSettings:
         s = producer_settings({"client": self.client, "config": self.producer, "transactions": self.transactions}, 0)
         return {"acks": s["acks"], "idempotence": s["idempotence"], "transactional": s["transactional"]}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, redact: bool = False) -> dict[str, Any]:
+        """A JSON-ready dict; with `redact`, credentials as `***` (for printing and reports)."""
+        hide = redacted if redact else dict
         return {"source": self.source, "format": self.format, "client": self.client, "bootstrap": self.bootstrap,
-                "connection": dict(self.connection), "producer": dict(self.producer),
-                "consumer": dict(self.consumer), "unknown": [u.to_dict() for u in self.unknown],
+                "connection": hide(self.connection), "producer": hide(self.producer),
+                "consumer": hide(self.consumer), "unknown": [u.to_dict() for u in self.unknown],
                 "notes": list(self.notes), "transactions": self.transactions}
 
     @classmethod
@@ -417,3 +419,21 @@ def read_client_settings(path: str | Path, fmt: str | None = None, role: str = "
     if fmt == "spring":
         return parse_spring(text, str(path))
     return parse_client_properties(text, str(path), fmt, role)
+
+
+def settings_text(settings: ClientSettings) -> str:
+    """Pure: client settings as readable lines (credentials as `***`): each role's properties, unknown keys, notes."""
+    summary = settings.producer_summary()
+    lines = [f"client settings from {settings.source} ({settings.format}, {settings.client} names): "
+             f"producer acks={summary['acks']} idempotence={str(summary['idempotence']).lower()}"
+             f"{' transactional' if summary['transactional'] else ''}"]
+    if settings.bootstrap:
+        lines.append(f"  bootstrap: {settings.bootstrap}")
+    if settings.connection:
+        lines.append(f"  connection: {connection_text(settings.connection)}")
+    for role, config in (("producer", settings.producer), ("consumer", settings.consumer)):
+        lines.append(f"  {role}: {connection_text(config) or '(nothing set)'}")
+    lines += [f"  unknown: {u.key}" + (f" (line {u.line})" if u.line else "") + f": {u.reason}"
+              for u in settings.unknown]
+    lines += [f"  note: {n}" for n in settings.notes]
+    return "\n".join(lines)

@@ -30,6 +30,7 @@ from .install import ensure_kafka
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 15.0
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state")  # Kafka's Topic.INTERNAL_TOPICS
 AUTHORIZATION_ERRORS = ("TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED")
 
 
@@ -112,7 +113,10 @@ def discover(bootstrap: str, client_config: Mapping[str, Any] | None = None, top
     notes: list[str] = []
     cluster = _result(admin.describe_cluster(request_timeout=REQUEST_TIMEOUT_S), "DescribeCluster",
                       "Describe on the CLUSTER resource", where)
-    md = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+    try:
+        md = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+    except Exception as e:  # KafkaException: the message says what failed
+        raise ClusterError(f"Metadata (all topics) on {where} failed: {e}") from None
     brokers = sorted(cluster.nodes, key=lambda n: n.id)
     configs: dict = {}
     for n in brokers:  # one broker resource per call: each is answered by that broker
@@ -129,8 +133,7 @@ def discover(bootstrap: str, client_config: Mapping[str, Any] | None = None, top
     topic_configs = _describe_configs(admin, [ConfigResource(ResourceType.TOPIC, t) for t in names],
                                       "DescribeConfigs (topics)", "DescribeConfigs on each TOPIC", where)
     topic_entries = {r.name: entries for r, entries in topic_configs.items()}
-    internal = {t for t in names if t.startswith("__")}
-    topic_list = tuple(topic_info(t, md.topics[t], topic_entries.get(t, {}), t in internal) for t in names)
+    topic_list = tuple(topic_info(t, md.topics[t], topic_entries.get(t, {}), t in INTERNAL_TOPICS) for t in names)
     groups = _groups(admin, where)
     release = metadata_version = None
     if features:

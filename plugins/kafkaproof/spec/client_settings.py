@@ -203,9 +203,19 @@ def key_segments(key: str) -> list[tuple[str, bool]]:
 
 
 def canonical_key(key: str) -> str:
-    """Pure: a key with every plain segment in relaxed form, bracketed ones kept (`spring.kafka.producer.
-    properties[linger.ms]` stays a map key); the same form for both file formats."""
-    return ".".join(f"[{text}]" if bracketed else relaxed(text) for text, bracketed in key_segments(key))
+    """Pure: a key with its plain segments in relaxed form up to a `properties` map; after it, map keys keep
+    their case and, outside brackets, lose what Spring removes from them (all but letters, digits and `-`);
+    bracketed segments are kept as written (`properties[linger.ms]`). The same form for both file formats."""
+    out, in_map = [], False
+    for text, bracketed in key_segments(key):
+        if bracketed:
+            out.append(f"[{text}]")
+        elif in_map:
+            out.append(re.sub(r"[^A-Za-z0-9-]", "", text))
+        else:
+            out.append(relaxed(text))
+            in_map = out[-1] == "properties"
+    return ".".join(out)
 
 
 def parse_duration_ms(text: str) -> int:

@@ -116,6 +116,8 @@ def test_relaxed_names_and_values():
     assert canonical_key("spring.kafka.producer.batchSize") == "spring.kafka.producer.batch-size"
     assert canonical_key("spring.kafka.producer.BATCH_SIZE") == "spring.kafka.producer.batch-size"
     assert canonical_key("spring.kafka.properties[sasl.Mechanism]") == "spring.kafka.properties.[sasl.Mechanism]"
+    assert canonical_key("spring.kafka.producer.properties.linger_ms") == "spring.kafka.producer.properties.lingerms"
+    assert canonical_key("spring.kafka.producerProps.x_y") == "spring.kafka.producer-props.x-y"
     assert [parse_duration_ms(t) for t in ("500", "500ms", "5s", "1m", "PT1.5S", "P1D")] == \
         [500, 500, 5000, 60000, 1500, 86_400_000]
     assert [parse_data_size(t) for t in ("10", "2KB", "1mb")] == [10, 2048, 1048576]

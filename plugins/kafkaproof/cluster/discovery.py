@@ -10,7 +10,6 @@ is injected. A refused call fails with the call and the ACL it needs.
 """
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import subprocess
@@ -22,7 +21,8 @@ from .. import logs
 from ..errors import ClusterError, InstallError
 from ..spec.connection import java_properties, security_protocol
 from ..spec.inventory import (BROKER_KEYS, ROLE_KEYS, TOPIC_KEYS, ClusterInventory, GroupInfo, GroupMember, NodeInfo,
-                              TopicInfo, differing, parse_feature_describe, release_of_metadata_version, roles_of)
+                              TopicInfo, differing, parse_feature_describe, release_of_metadata_version, roles_of,
+                              select_topics)
 from ..spec.versions import DEFAULT_KAFKA_VERSION
 from .external import discover_brokers
 from .install import ensure_kafka
@@ -44,13 +44,6 @@ def _result(future, call: str, needs: str, where: str):
         if name in AUTHORIZATION_ERRORS:
             raise ClusterError(f"{call} on {where} was refused ({name}): the audit needs {needs}") from None
         raise ClusterError(f"{call} on {where} failed: {e}") from None
-
-
-def select_topics(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
-    """Pure: the topics matching any of `patterns` (names or shell globs; none: every topic), sorted."""
-    if not patterns:
-        return sorted(names)
-    return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
 
 
 def topic_info(name: str, md_topic, entries: Mapping[str, Any], internal: bool) -> TopicInfo:

@@ -11,8 +11,9 @@ Pure: no I/O.
 """
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 # Broker settings that decide what a broker outage does to a topic (docs/audit.md says why each matters).
 BROKER_KEYS = ("auto.create.topics.enable", "default.replication.factor", "min.insync.replicas",
@@ -155,6 +156,13 @@ def _int(value: Any) -> int | None:
         return None if value is None else int(value)
     except (TypeError, ValueError):
         return None
+
+
+def select_topics(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """Pure: the topics matching any of `patterns` (names or shell globs; none: every topic), sorted."""
+    if not patterns:
+        return sorted(names)
+    return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
 
 
 def roles_of(process_roles: str | None) -> tuple[str, ...] | None:

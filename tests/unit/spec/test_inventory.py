@@ -1,16 +1,14 @@
-"""The audit's cluster inventory: its JSON round trip, its readable text, and discovery's pure pieces."""
+"""The audit's cluster inventory: its JSON round trip, its readable text, its pure helpers."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
-from kafkaproof import cli
-from kafkaproof.cluster.discovery import group_info, select_topics, topic_info
 from kafkaproof.spec.client_settings import ClientSettings
 from kafkaproof.spec.inventory import (ClusterInventory, GroupInfo, GroupMember, NodeInfo, TopicInfo, differing,
-                                       inventory_text, parse_feature_describe, release_of_metadata_version, roles_of)
+                                       inventory_text, parse_feature_describe, release_of_metadata_version, roles_of,
+                                       select_topics)
 
 pytestmark = pytest.mark.unit
 
@@ -64,31 +62,6 @@ def test_pure_helpers():
     assert (release_of_metadata_version(mv["SupportedMaxVersion"]), mv["FinalizedVersionLevel"]) == ("4.3", "4.1-IV1")
     assert select_topics(["b", "a", "orders-1", "x"], ["orders-*", "a"]) == ["a", "orders-1"]
     assert select_topics(["b", "a"], []) == ["a", "b"]
-
-
-def test_topic_and_group_from_admin_answers():
-    from confluent_kafka.admin import ConfigSource
-    part = lambda leader, replicas, isrs: SimpleNamespace(leader=leader, replicas=replicas, isrs=isrs)
-    md = SimpleNamespace(partitions={1: part(-1, [2, 3], [2]), 0: part(1, [1, 2], [1, 2])})
-    entry = lambda value, source: SimpleNamespace(value=value, source=source)
-    t = topic_info("t", md, {"min.insync.replicas": entry("2", ConfigSource.DYNAMIC_TOPIC_CONFIG),
-                             "retention.ms": entry("1000", ConfigSource.DEFAULT_CONFIG)}, internal=False)
-    assert (t.partitions, t.replication_factor, t.replicas, t.under_replicated, t.offline) == (2, 2, ((1, 2), (2, 3)), 1, 1)
-    assert t.overrides == ("min.insync.replicas",) and t.config["retention.ms"] == "1000"
-    assert t.config["cleanup.policy"] is None
-    tp = SimpleNamespace(topic="t", partition=0)
-    member = SimpleNamespace(client_id="c1", host="/h", group_instance_id=None,
-                             assignment=SimpleNamespace(topic_partitions=[tp]))
-    desc = SimpleNamespace(group_id="g", members=[member], type=SimpleNamespace(name="CONSUMER"),
-                           state=SimpleNamespace(name="STABLE"), partition_assignor="uniform",
-                           is_simple_consumer_group=False)
-    assert group_info(desc) == GroupInfo("g", "consumer", "STABLE", "uniform", False,
-                                         (GroupMember("c1", "/h", None, ("t",)),))
-
-
-def test_audit_cli_refuses_what_is_not_built(capsys):
-    assert cli.main(["audit", "--bootstrap", "127.0.0.1:9"]) == 2
-    assert "only discovery is built so far: give --discover-only" in capsys.readouterr().err
 
 
 def test_client_settings_redacted_for_printing():

@@ -87,10 +87,11 @@ def kafka_features(bootstrap: str, client_config: Mapping[str, Any]) -> dict[str
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     finally:
         os.unlink(path)
-    if proc.returncode != 0:
+    features = parse_feature_describe(proc.stdout)
+    if proc.returncode != 0 or not features:
         raise ClusterError(f"kafka-features describe failed ({proc.returncode}): "
-                           f"{(proc.stdout + proc.stderr).strip()[-400:]}")
-    return parse_feature_describe(proc.stdout)
+                           f"{(proc.stdout + proc.stderr).strip()[-600:]}")
+    return features
 
 
 def discover(bootstrap: str, client_config: Mapping[str, Any] | None = None, topics: Sequence[str] = (),
@@ -131,9 +132,12 @@ def discover(bootstrap: str, client_config: Mapping[str, Any] | None = None, top
     release = metadata_version = None
     if features:
         try:
-            mv = kafka_features(bootstrap, client_config).get("metadata.version", {})
+            found = kafka_features(bootstrap, client_config)
+            mv = found.get("metadata.version", {})
             release = release_of_metadata_version(mv.get("SupportedMaxVersion"))
             metadata_version = mv.get("FinalizedVersionLevel")
+            if release is None:
+                notes.append(f"kafka-features describe named no metadata.version (features: {found})")
         except (ClusterError, InstallError, OSError, subprocess.TimeoutExpired) as e:
             notes.append(f"the Kafka release could not be read (kafka-features describe): {e}")
     quorum = first.get("controller.quorum.voters") or first.get("controller.quorum.bootstrap.servers")

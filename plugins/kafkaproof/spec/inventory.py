@@ -12,6 +12,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -188,12 +189,16 @@ def release_of_metadata_version(level: str | None) -> str | None:
     return level.split("-")[0] if level else None
 
 
+_FEATURE_FIELD = re.compile(r"\b(Feature|SupportedMinVersion|SupportedMaxVersion|FinalizedVersionLevel|Epoch):\s*(\S+)")
+
+
 def parse_feature_describe(text: str) -> dict[str, dict[str, str]]:
-    """Pure: `kafka-features describe` output (`Feature: name<TAB>Key: value ...` lines) by feature name."""
+    """Pure: `kafka-features describe` output by feature name: `Feature: name  Key: value ...` lines, the
+    fields separated by tabs (Kafka 3.x) or padded with spaces (4.3); other lines (logging) are skipped."""
     features: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
-        fields = dict(part.split(": ", 1) for part in line.strip().split("\t") if ": " in part)
-        if "Feature" in fields:
+        fields = dict(_FEATURE_FIELD.findall(line))
+        if line.startswith("Feature:") and "Feature" in fields:
             features[fields.pop("Feature")] = fields
     return features
 

@@ -60,6 +60,12 @@ def test_pure_helpers():
             "FinalizedVersionLevel: 4.1-IV1\tEpoch: 5\n")
     mv = parse_feature_describe(text)["metadata.version"]
     assert (release_of_metadata_version(mv["SupportedMaxVersion"]), mv["FinalizedVersionLevel"]) == ("4.3", "4.1-IV1")
+    padded = ("[2026-11-27T20:55:52,329] INFO [AdminClient clientId=adminclient-1] Feature: x (Metadata)\n"
+              "Feature: metadata.version                          SupportedMinVersion: 3.3-IV3          "
+              "SupportedMaxVersion: 4.3-IV0          FinalizedVersionLevel: 4.3-IV0          Epoch: 7\n")
+    assert parse_feature_describe(padded) == {"metadata.version": {
+        "SupportedMinVersion": "3.3-IV3", "SupportedMaxVersion": "4.3-IV0", "FinalizedVersionLevel": "4.3-IV0",
+        "Epoch": "7"}}
     assert select_topics(["b", "a", "orders-1", "x"], ["orders-*", "a"]) == ["a", "orders-1"]
     assert select_topics(["b", "a"], []) == ["a", "b"]
 

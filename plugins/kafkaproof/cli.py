@@ -377,6 +377,39 @@ def cmd_history(args) -> int:
     return 0
 
 
+# --- audit -------------------------------------------------------------------
+
+AUDIT_NOT_BUILT = ("only discovery is built so far: give --discover-only. Replica runs, the fault matrix and the "
+                   "proven fixes of an audit are not built yet (docs/audit.md)")
+
+
+def cmd_audit(args) -> int:
+    """Discovery of an existing cluster (read-only) and the team's client settings, printed as JSON or text."""
+    from .cluster.discovery import discover
+    from .run.client_config import settings_with_unknown_names
+    from .spec.client_settings import read_client_settings, settings_text
+    from .spec.inventory import inventory_text
+    if not args.discover_only:
+        raise ScenarioError(AUDIT_NOT_BUILT)
+    settings = None
+    if args.app_config:
+        settings = settings_with_unknown_names(read_client_settings(args.app_config, args.app_format, args.app_role))
+    bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
+    bootstrap = bootstrap or (settings.bootstrap if settings else None)
+    if not bootstrap:
+        raise ScenarioError("kafkaproof audit: name the cluster with --bootstrap (or bootstrap.servers in "
+                            "--client-config, or the bootstrap servers of --app-config)")
+    inventory = discover(bootstrap, connection, topics=[t.strip() for t in (args.topics or "").split(",") if t.strip()])
+    if args.json:
+        print(json.dumps({"inventory": inventory.to_dict(),
+                          "client_settings": settings.to_dict(redact=True) if settings else None}, indent=2))
+    else:
+        print(inventory_text(inventory))
+        if settings:
+            print(settings_text(settings))
+    return 0
+
+
 # --- parser ------------------------------------------------------------------
 
 CLIENT_CONFIG_HELP = ("an existing cluster's client properties file (librdkafka names, as `name=value` lines): how "
@@ -386,6 +419,12 @@ LOOPBACK = "127.0.0.1"  # cluster.external.LOOPBACK, without importing the clust
 PROXY_LISTEN_HELP = ("with --bootstrap: the IPv4 address the fault proxies listen on and send clients to (default "
                      f"{LOOPBACK}: this host only). Anyone who reaches it reaches the cluster through them, faults "
                      "included (docs/security.md)")
+
+AUDIT_HELP = ("Audit an existing Kafka cluster. Built so far: discovery (--discover-only), read-only: the Kafka "
+              "release, nodes and roles, the broker settings that decide reliability, every topic's partitions, "
+              "replication factor, min ISR, unclean election, retention and cleanup policy, and the consumer groups; "
+              "plus the team's client settings (--app-config). Nothing is written to the cluster. Not built yet: the "
+              "replica runs under a fault matrix, the per-topic verdicts and the proven fixes (docs/audit.md).")
 
 def build_parser() -> argparse.ArgumentParser:
     from .spec.cluster import CLUSTER_BACKENDS, JIT_MODES
@@ -530,6 +569,25 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--kafka-version")
     hi.add_argument("--limit", type=_positive_int, default=30)
     hi.set_defaults(func=cmd_history)
+
+    au = sub.add_parser("audit", help="audit an existing cluster: so far discovery only (--discover-only): what "
+                                       "decides its reliability, read-only", description=AUDIT_HELP)
+    au.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="the existing cluster's bootstrap servers")
+    au.add_argument("--client-config", metavar="FILE", help="the cluster's client properties file (librdkafka names): "
+                                                            "how to connect (security.protocol, sasl.*, ssl.*)")
+    au.add_argument("--app-config", metavar="FILE",
+                    help="the team's client settings: a Spring Boot application.yml / application.properties, or a "
+                         "Java or librdkafka client properties file (see --app-format); read, mapped to client "
+                         "property names and printed with the keys that map to none")
+    au.add_argument("--app-format", choices=["spring", "java", "librdkafka"],
+                    help="the format of --app-config (default: spring for .yml/.yaml or spring.kafka.* keys, else java)")
+    au.add_argument("--app-role", choices=["producer", "consumer", "both"], default="both",
+                    help="whose properties a Java or librdkafka --app-config holds (default: both)")
+    au.add_argument("--topics", metavar="NAME[,GLOB...]", help="only these topics (names or shell globs); default all")
+    au.add_argument("--discover-only", action="store_true",
+                    help="print the inventory and stop; required: the replica runs are not built yet")
+    au.add_argument("--json", action="store_true", help="print JSON (inventory and client settings)")
+    au.set_defaults(func=cmd_audit)
 
     sc = sub.add_parser("scenario", help="validate and list scenario files")
     scsub = sc.add_subparsers(dest="scenario_command", required=True)

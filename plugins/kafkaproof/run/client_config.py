@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..errors import ScenarioError
+from ..spec.client_settings import ClientSettings, UnknownKey
 from . import java_driver
 
 ROLES = ("producers", "consumers")
@@ -72,3 +73,19 @@ def check_client_config(scenario) -> None:
     problems = client_config_problems(scenario.data)
     if problems:
         raise ScenarioError(f"{scenario.path}: " + "; ".join(problems))
+
+
+def settings_with_unknown_names(settings: ClientSettings) -> ClientSettings:
+    """`settings` with the properties librdkafka does not know added to its unknown keys (a librdkafka file's).
+
+    The names of Java and Spring settings are kafka-clients' to check (`java_driver.config_names`, which
+    needs the Java driver built): the audit's later steps do it when they build the replica scenarios.
+    """
+    import dataclasses
+    if settings.client != "librdkafka":
+        return settings
+    found = [UnknownKey(name, None, f"librdkafka has no such {role} property")
+             for role, config in (("producers", settings.producer), ("consumers", settings.consumer))
+             for name in unknown_librdkafka_properties(role, config)]
+    merged = {(u.key, u.reason): u for u in (*settings.unknown, *found)}
+    return dataclasses.replace(settings, unknown=tuple(merged.values()))

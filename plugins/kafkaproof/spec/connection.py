@@ -124,9 +124,10 @@ def check_connection(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     return dict(config)
 
 
-def parse_properties(text: str, source: str) -> dict[str, str]:
-    """Pure: a client properties file (`name=value` lines, `#`/`!` comments, as Kafka's tools read them)."""
-    config: dict[str, str] = {}
+def property_lines(text: str, source: str) -> list[tuple[int, str, str]]:
+    """Pure: (line number, name, value) of each `name=value` (or `name: value`) line of a properties file,
+    skipping blank lines and `#`/`!` comments, as Kafka's tools read them."""
+    entries = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line[0] in "#!":
@@ -134,8 +135,13 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
         sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
         if sep < 0:
             raise ConnectionConfigError(f"{source}, line {number}: expected name=value, got {raw!r}")
-        config[line[:sep].strip()] = line[sep + 1:].strip()
-    return config
+        entries.append((number, line[:sep].strip(), line[sep + 1:].strip()))
+    return entries
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    """Pure: a client properties file (`name=value` lines, `#`/`!` comments, as Kafka's tools read them)."""
+    return {name: value for _, name, value in property_lines(text, source)}
 
 
 def read_client_config(path: str | Path) -> tuple[str | None, dict[str, Any], list[str]]:

@@ -1,0 +1,116 @@
+"""Audit discovery on a real cluster: it reads topics, settings and groups, and changes nothing.
+
+A 3-broker cluster (started as the other cluster tests start theirs) gets a topic auto-created by a
+producer (broker defaults: 1 partition, RF 1), an RF 3 / min ISR 2 topic, a compacted topic and a
+consumer group with a live member. `kafkaproof audit --discover-only --json` reads them; the cluster's
+describe outputs (topics, every topic and broker config with its source, groups and their offsets)
+are byte-for-byte the same before and after.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from kafkaproof import cli
+from kafkaproof.spec.inventory import ClusterInventory
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
+
+SPRING_YML = """\
+spring:
+  kafka:
+    bootstrap-servers: {bootstrap}
+    producer:
+      acks: 1
+      retries: 0
+    consumer:
+      group-id: billing
+      listener-thing: x
+"""
+
+
+def describe_everything(admin: AdminClient) -> bytes:
+    """What the audit must not change, as JSON bytes: topics and partitions, every topic's and broker's
+    config (value, source), every group (state, members, assignor) and its committed offsets."""
+    md = admin.list_topics(timeout=15)
+    topics = {t: {p: (m.replicas, sorted(m.isrs)) for p, m in sorted(md.topics[t].partitions.items())}
+              for t in sorted(md.topics)}
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(md.topics)]
+    configs = {r.name: {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
+               for r, f in admin.describe_configs(resources).items()}
+    for b in sorted(md.brokers):
+        for r, f in admin.describe_configs([ConfigResource(ResourceType.BROKER, str(b))]).items():
+            configs[f"broker:{b}"] = {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
+    ids = sorted(g.group_id for g in admin.list_consumer_groups().result(30).valid)
+    groups = {}
+    for g, f in (admin.describe_consumer_groups(ids).items() if ids else []):
+        d = f.result(30)
+        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])
+        committed = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets[g].result(30).topic_partitions)
+        groups[g] = {"state": str(d.state), "assignor": d.partition_assignor, "committed": committed,
+                     "members": sorted((m.member_id, m.client_id) for m in d.members)}
+    return json.dumps({"topics": topics, "configs": configs, "groups": groups}, sort_keys=True, default=str).encode()
+
+
+def test_discovery_reads_topics_settings_groups_and_changes_nothing(make_cluster, tmp_path, capsys):
+    cluster = make_cluster(brokers=3, broker_config={"auto.create.topics.enable": "true",
+                                                       "default.replication.factor": 1, "num.partitions": 1})
+    bootstrap = cluster.bootstrap_servers()
+    suffix = uuid.uuid4().hex[:6]
+    auto, safe, compacted = f"auto-{suffix}", f"safe-{suffix}", f"compacted-{suffix}"
+    cluster.create_topic(safe, 3, 3, {"min.insync.replicas": 2})
+    cluster.create_topic(compacted, 1, 3, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
+    for i in range(20):  # the first sends create `auto` with the broker defaults, as in the E6 incident
+        producer.produce(auto, value=b"x")
+        producer.produce(safe, key=str(i).encode(), value=b"y")
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"billing-{suffix}", "client.id": "billing-app",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([safe])
+    deadline = time.monotonic() + 60
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.5)
+    assert consumer.assignment(), "the consumer got no assignment"
+    consumer.commit(asynchronous=False)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    spring = tmp_path / "application.yml"
+    spring.write_text(SPRING_YML.format(bootstrap=bootstrap))
+    try:
+        before = describe_everything(admin)
+        t0 = time.monotonic()
+        assert cli.main(["audit", "--app-config", str(spring), "--discover-only", "--json"]) == 0
+        took = time.monotonic() - t0
+        after = describe_everything(admin)
+    finally:
+        consumer.close()
+    out = json.loads(capsys.readouterr().out)
+    print(f"discovery took {took:.1f} s")
+    inv = ClusterInventory.from_dict(out["inventory"])
+    assert before == after, "the audit changed the cluster"
+
+    assert len(inv.nodes) == 3 and all(n.roles == ("broker", "controller") for n in inv.nodes)
+    assert inv.kafka_release == ".".join(cluster.state().kafka_version.split(".")[:2]), inv.notes
+    assert inv.metadata_version and inv.metadata_version.startswith(inv.kafka_release), inv.metadata_version
+    assert inv.broker_config["auto.create.topics.enable"] == "true"
+    assert inv.broker_config["default.replication.factor"] == "1"
+    assert inv.broker_config_differs == {}
+    a, s, c = inv.topic(auto), inv.topic(safe), inv.topic(compacted)
+    # `auto` has the broker defaults: 1 partition, RF 1 and the brokers' min.insync.replicas (2 on kafkaproof's
+    # local clusters: with RF 1, acks=all writes to it are refused)
+    assert (a.partitions, a.replication_factor, a.overrides) == (1, 1, ())
+    assert a.min_insync_replicas == int(inv.broker_config["min.insync.replicas"])
+    assert (s.partitions, s.replication_factor, s.min_insync_replicas, s.overrides) == (3, 3, 2, ("min.insync.replicas",))
+    assert c.config["cleanup.policy"] == "compact" and s.config["cleanup.policy"] == "delete"
+    assert inv.topic("__consumer_offsets").internal
+    group = next(g for g in inv.groups if g.group_id == f"billing-{suffix}")
+    assert group.protocol == "classic" and group.assignor and group.topics == (safe,)
+    assert [m.client_id for m in group.members] == ["billing-app"]
+    settings = out["client_settings"]
+    assert settings["producer"] == {"acks": "1", "retries": 0} and settings["bootstrap"] == bootstrap
+    assert [u["key"] for u in settings["unknown"]] == ["spring.kafka.consumer.listener-thing"]

@@ -115,6 +115,11 @@ class _Container:
     def label(self) -> str:
         return f"service {self.spec.name} instance {self.index} (container {self.name})"
 
+    @property
+    def argv(self) -> list[str]:
+        """The container's command (after the image's entrypoint), placeholders substituted; [] runs the image's CMD."""
+        return [fill_placeholders(a, self.values) for a in self.spec.argv]
+
     def ready_url(self) -> str | None:
         if self.spec.ready_url is None:
             return None
@@ -154,9 +159,8 @@ class ContainerFleet(FleetBase):
                "--network-alias", f"{spec.name}-{inst.index}", "-p", f"127.0.0.1:{inst.port}:{spec.port}"]
         cmd += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
         cmd += [a for k, v in spec.env.items() for a in ("-e", f"{k}={fill_placeholders(v, inst.values)}")]
-        argv = [fill_placeholders(a, inst.values) for a in spec.argv]
         try:
-            de.docker(*cmd, self.images[spec.name], *argv, timeout=120)
+            de.docker(*cmd, self.images[spec.name], *inst.argv, timeout=120)
         except ClusterError as e:
             raise ApplicationError(f"{inst.label} could not start from {self.images[spec.name]}: {e}") from None
         inst.since, inst.started = None, time.monotonic()

@@ -14,12 +14,13 @@ do not drive it yet.
   `{topic}`, `{group}`, `{run_id}` substituted in its URL, header values and body.
 - `parse_application` reads a scenario's `application` section (its services, how to drive them, the
   identity of an event, how to see what was processed) into an `ApplicationSection`;
-  `check_application_host` checks that what it names exists on this host (cwd, commands).
+  `check_application_host` checks that what it names exists on this host (cwd, commands) and that a fixed
+  readiness port is free.
 - A service is a command (a process on this host) or, with the compose backend, an `image` (a container on
   the cluster's network, its `port` published on a loopback port); `check_application_backend` refuses an
   image on another backend. A `compose_service` is refused: not supported yet.
 
-Pure: no I/O, except `check_application_host` (it looks at the filesystem and PATH).
+Pure: no I/O, except `check_application_host` (it looks at the filesystem, PATH and a fixed port).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import re
 import shutil
 import socket
 import urllib.error
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -528,6 +530,38 @@ def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSecti
                           image, port)
 
 
+def fixed_port(url: str | None) -> int | None:
+    """Pure: the port a URL names literally (`http://127.0.0.1:8080/...`), None when it names none or a
+    placeholder (`{port}`: kafkaproof picks a free one per instance)."""
+    if url is None:
+        return None
+    netloc = urllib.parse.urlsplit(url).netloc
+    if PLACEHOLDER.search(netloc):
+        return None
+    try:
+        return urllib.parse.urlsplit(url).port
+    except ValueError:
+        return None
+
+
+def _check_fixed_ports(services: tuple[ServiceSection, ...], where: str) -> None:
+    """Pure: a literal port in a process service's readiness URL is bound by one instance of one service
+    only; ScenarioError naming the field otherwise (containers publish a free host port each)."""
+    owners: dict[int, int] = {}
+    for i, service in enumerate(services):
+        port = fixed_port(service.ready_url) if service.image is None else None
+        if port is None:
+            continue
+        at = f"{where}.services[{i}].ready.http"
+        if service.instances > 1:
+            raise ScenarioError(f"{at}: the fixed port {port} with instances: {service.instances}: every instance "
+                                f"would bind the same port; write {{port}} (each instance gets a free one)")
+        if port in owners:
+            raise ScenarioError(f"{at}: port {port} is also services[{owners[port]}]'s fixed port; two services "
+                                f"cannot both listen on it: write {{port}} (each gets a free one)")
+        owners[port] = i
+
+
 def _service_ref(data: Mapping, where: str, names: tuple[str, ...]) -> str:
     """The service `data["service"]` names ("" when none); ScenarioError when it is not declared."""
     service = data.get("service", "")
@@ -635,6 +669,7 @@ def parse_application(data: Any, where: str, base_dir: Path | None) -> Applicati
         if name in names[:i]:
             raise ScenarioError(f"{where}.services[{i}].name: {name!r} is already the name of "
                                 f"services[{names.index(name)}]; service names must be unique")
+    _check_fixed_ports(services, where)
     kinds = {s.image is not None for s in services}
     if len(kinds) > 1:
         first = next(i for i, s in enumerate(services) if s.image is not None)
@@ -685,6 +720,24 @@ def check_application_host(section: ApplicationSection, where: str) -> None:
         elif shutil.which(program, path=service.env.get("PATH")) is None:
             raise ScenarioError(f"{at}.command[0]: {program!r} is not found on PATH; give a command on PATH or a "
                                 f"path to it (relative to cwd)")
+        port = fixed_port(service.ready_url)
+        host = urllib.parse.urlsplit(service.ready_url).hostname if port is not None else None
+        if host in LOOPBACK_HOSTS and _listening(host, port):
+            raise ScenarioError(f"{at}.ready.http: port {port} on {host} is already in use (something answers there "
+                                f"before the service starts: another copy of it, or another program); stop it, or "
+                                f"write {{port}} so that kafkaproof picks a free port")
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _listening(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at host:port now."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 _STR = {"type": "string"}

@@ -199,6 +199,12 @@ def _set(path: str, value):
     (_set("processed", {"topic": {}}), "application.processed.topic.name: required"),
     (_set("processed", {"postgres": {"dsn": "postgresql://x", "query": " "}}),
      "application.processed.postgres.query: must be a non-empty string"),
+    (_set("services.0.ready", {"http": "http://127.0.0.1:18080/health"}),
+     "application.services[0].ready.http: the fixed port 18080 with instances: 2: every instance would bind the "
+     "same port; write {port}"),
+    (lambda d: (d["services"][0].update(instances=1, ready={"http": "http://127.0.0.1:18080/a"}),
+                d["services"][1].update(ready={"http": "http://localhost:18080/b"})),
+     "application.services[1].ready.http: port 18080 is also services[0]'s fixed port"),
 ])
 def test_every_refusal_names_the_field_and_what_is_allowed(change, message):
     data = section()
@@ -427,3 +433,18 @@ def test_an_image_service_needs_the_compose_backend_without_the_proxy_before_any
     assert message in str(e.value)
     doc["cluster"] = {"backend": "compose"}
     assert scenario_mod.load(_write(tmp_path, doc)).application.services[0].image == "{example_app}"
+
+
+def test_a_fixed_readiness_port_already_in_use_is_refused_before_anything_starts(tmp_path):
+    import socket
+    (tmp_path / "app").mkdir()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        data = section()
+        data["services"][0].update(instances=1, cwd="app", ready={"http": f"http://127.0.0.1:{port}/health"})
+        with pytest.raises(ScenarioError) as e:
+            check_application_host(parse(data, tmp_path), WHERE)
+        assert f"application.services[0].ready.http: port {port} on 127.0.0.1 is already in use" in str(e.value)
+    check_application_host(parse(data, tmp_path), WHERE)  # free again: accepted

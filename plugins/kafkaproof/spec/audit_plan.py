@@ -51,7 +51,7 @@ DROPPED_CLIENT_KEYS = {
     "client.id": "kafkaproof names its clients", "auto.offset.reset": "kafkaproof's consumers read every value "
     "from the start of the topic", "partitioner.class": "the team's classes are not on the replica's classpath"}
 # Consumer properties a scenario field owns that the replica takes over through that field.
-MAPPED_CONSUMER_KEYS = ("isolation.level", "enable.auto.commit")
+MAPPED_CONSUMER_KEYS = ("group.id", "isolation.level", "enable.auto.commit")
 # The fixed fault matrix: id (in file names) -> what it does. Order is the order of the files.
 FAULTS = {"leader-kill": "the partition leader's broker killed (SIGKILL) for 10 s",
           "leader-outage": "the partition leader's broker stopped for longer than the producer's delivery.timeout.ms",
@@ -257,7 +257,7 @@ def client_config(settings: ClientSettings | None) -> tuple[str, dict[str, Any],
                                       "librdkafka's defaults"]
     notes = []
     out = []
-    # The consumer's isolation.level and enable.auto.commit become scenario fields (class_scenario).
+    # The consumer's group.id, isolation.level and enable.auto.commit become scenario fields (class_scenario).
     consumer_owned = {k: v for k, v in CONSUMER_OWNED.items() if k not in MAPPED_CONSUMER_KEYS}
     for role, props, owned in (("producer", settings.producer, PRODUCER_OWNED),
                                ("consumer", settings.consumer, consumer_owned)):
@@ -346,6 +346,8 @@ def class_scenario(plan: AuditPlan, cls: ReliabilityClass, fault: str) -> dict[s
         k: v for k, v in plan.consumer.items() if k not in CONSUMER_OWNED}}
     if plan.consumer.get("isolation.level") in ("read_committed", "read_uncommitted"):
         consumers["isolation_level"] = plan.consumer["isolation.level"]
+    if plan.consumer.get("group.id"):
+        consumers["group"] = str(plan.consumer["group.id"])
     if str(plan.consumer.get("enable.auto.commit", "")).lower() == "true":
         consumers["commit"] = "auto"
     topic: dict[str, Any] = {"name": cls.topic, "partitions": cls.partitions,
@@ -454,7 +456,7 @@ def plan_text(plan: AuditPlan) -> str:
              f"fault matrix ({len(FAULTS)} scenarios per class): " + ", ".join(FAULTS),
              f"classes: {len(plan.classes)}" + (f" (--max-classes {plan.max_classes})" if plan.max_classes else "")]
     for cls in plan.classes:
-        shown = ", ".join(f"{k}={v}" for k, v in cls.settings.items())
+        shown = ", ".join(f"{k}={v}" for k, v in cls.settings.items() if v is not None)
         lines.append(f"  {cls.label}: {len(cls.topics)} topic(s) [{shown}]: {', '.join(cls.topics)}")
         lines += [f"    grouped: {g.topic} (its own class {g.from_class}; differs: "
                   + ", ".join(f"{k}={v}" for k, v in g.differs.items()) + ")" for g in cls.grouped]

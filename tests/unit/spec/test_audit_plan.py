@@ -112,6 +112,7 @@ def test_the_scenario_carries_the_clusters_and_the_teams_settings():
     assert outage["producers"]["client"] == "java" and outage["producers"]["config"]["delivery.timeout.ms"] == "8000"
     assert "key.serializer" not in outage["producers"]["config"]
     assert outage["consumers"]["isolation_level"] == "read_uncommitted" and outage["consumers"]["config"] == {}
+    assert outage["consumers"]["group"] == "my-group" and "commit" not in outage["consumers"]
     assert "exercised" not in outage  # RF 1: no new leader to wait for
     kill = class_scenarios(plan, safe)["leader-kill"]
     assert kill["topic"]["config"] == {"min.insync.replicas": 2, "cleanup.policy": "delete",

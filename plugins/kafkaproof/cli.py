@@ -379,18 +379,24 @@ def cmd_history(args) -> int:
 
 # --- audit -------------------------------------------------------------------
 
-AUDIT_NOT_BUILT = ("only discovery is built so far: give --discover-only. Replica runs, the fault matrix and the "
-                   "proven fixes of an audit are not built yet (docs/audit.md)")
+AUDIT_NOT_BUILT = ("the replica runs of an audit are not built yet: give --discover-only (what the cluster has) or "
+                   "--plan-only --out DIR (the reliability classes and their replica scenarios, written as files); "
+                   "the fault matrix runs and the proven fixes are not built yet (docs/audit.md)")
 
 
 def cmd_audit(args) -> int:
-    """Discovery of an existing cluster (read-only) and the team's client settings, printed as JSON or text."""
+    """Discovery of an existing cluster (read-only) and the team's client settings, printed as JSON or text;
+    with --plan-only, the audit's plan (classes, replica scenarios) written into --out and printed."""
+    import time
     from .cluster.discovery import discover
     from .run.client_config import settings_with_unknown_names
+    from .spec.audit_plan import plan_audit, plan_text, write_suite
     from .spec.client_settings import read_client_settings, settings_text
     from .spec.inventory import inventory_text
-    if not args.discover_only:
+    if not (args.discover_only or args.plan_only):
         raise ScenarioError(AUDIT_NOT_BUILT)
+    if args.plan_only and not args.out:
+        raise ScenarioError("kafkaproof audit --plan-only: name the directory the scenarios are written to with --out DIR")
     settings = None
     if args.app_config:
         settings = settings_with_unknown_names(read_client_settings(args.app_config, args.app_format, args.app_role))
@@ -400,13 +406,22 @@ def cmd_audit(args) -> int:
         raise ScenarioError("kafkaproof audit: name the cluster with --bootstrap (or bootstrap.servers in "
                             "--client-config, or the bootstrap servers of --app-config)")
     inventory = discover(bootstrap, connection, topics=[t.strip() for t in (args.topics or "").split(",") if t.strip()])
+    if args.discover_only:
+        if args.json:
+            print(json.dumps({"inventory": inventory.to_dict(),
+                              "client_settings": settings.to_dict(redact=True) if settings else None}, indent=2))
+        else:
+            print(inventory_text(inventory))
+            if settings:
+                print(settings_text(settings))
+        return 0
+    plan = plan_audit(inventory, settings, args.max_classes)
+    written = write_suite(plan, args.out, time.time())
     if args.json:
-        print(json.dumps({"inventory": inventory.to_dict(),
-                          "client_settings": settings.to_dict(redact=True) if settings else None}, indent=2))
+        print(json.dumps({"plan": plan.to_dict(), "files": [str(p) for p in written]}, indent=2, default=str))
     else:
-        print(inventory_text(inventory))
-        if settings:
-            print(settings_text(settings))
+        print(plan_text(plan))
+        print(f"wrote {len(written) - 1} scenario file(s) and audit-plan.json into {args.out}")
     return 0
 
 
@@ -423,8 +438,10 @@ PROXY_LISTEN_HELP = ("with --bootstrap: the IPv4 address the fault proxies liste
 AUDIT_HELP = ("Audit an existing Kafka cluster. Built so far: discovery (--discover-only), read-only: the Kafka "
               "release, nodes and roles, the broker settings that decide reliability, every topic's partitions, "
               "replication factor, min ISR, unclean election, retention and cleanup policy, and the consumer groups; "
-              "plus the team's client settings (--app-config). Nothing is written to the cluster. Not built yet: the "
-              "replica runs under a fault matrix, the per-topic verdicts and the proven fixes (docs/audit.md).")
+              "plus the team's client settings (--app-config). Nothing is written to the cluster. And the plan "
+              "(--plan-only --out DIR): the topics in reliability classes, each class's replica scenarios under the "
+              "fault matrix written as scenario files, and the fixes to try. Not built yet: running them, the "
+              "per-topic verdicts and the proven fixes (docs/audit.md).")
 
 def build_parser() -> argparse.ArgumentParser:
     from .spec.cluster import CLUSTER_BACKENDS, JIT_MODES
@@ -570,8 +587,8 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--limit", type=_positive_int, default=30)
     hi.set_defaults(func=cmd_history)
 
-    au = sub.add_parser("audit", help="audit an existing cluster: so far discovery only (--discover-only): what "
-                                       "decides its reliability, read-only", description=AUDIT_HELP)
+    au = sub.add_parser("audit", help="audit an existing cluster: so far discovery (--discover-only) and the plan "
+                                       "(--plan-only --out DIR): classes and replica scenarios", description=AUDIT_HELP)
     au.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="the existing cluster's bootstrap servers")
     au.add_argument("--client-config", metavar="FILE", help="the cluster's client properties file (librdkafka names): "
                                                             "how to connect (security.protocol, sasl.*, ssl.*)")
@@ -584,8 +601,17 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--app-role", choices=["producer", "consumer", "both"], default="both",
                     help="whose properties a Java or librdkafka --app-config holds (default: both)")
     au.add_argument("--topics", metavar="NAME[,GLOB...]", help="only these topics (names or shell globs); default all")
+    au.add_argument("--spring-config", dest="app_config", metavar="FILE",
+                    help="the team's Spring Boot application.yml / application.properties (the same as --app-config)")
+    au.add_argument("--max-classes", type=_positive_int, metavar="N",
+                    help="at most N reliability classes: the smallest join the class they differ from least (the "
+                         "plan lists them)")
     au.add_argument("--discover-only", action="store_true",
-                    help="print the inventory and stop; required: the replica runs are not built yet")
+                    help="print the inventory and stop")
+    au.add_argument("--plan-only", action="store_true",
+                    help="group the topics into reliability classes and write each class's replica scenarios (one "
+                         "per fault of the matrix) into --out; no replica is started (the runs are not built yet)")
+    au.add_argument("--out", metavar="DIR", help="with --plan-only: the directory the scenario files are written to")
     au.add_argument("--json", action="store_true", help="print JSON (inventory and client settings)")
     au.set_defaults(func=cmd_audit)
 

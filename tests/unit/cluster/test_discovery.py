@@ -34,7 +34,7 @@ def test_topic_and_group_from_admin_answers():
 
 def test_audit_cli_refuses_what_is_not_built(capsys):
     assert cli.main(["audit", "--bootstrap", "127.0.0.1:9"]) == 2
-    assert "only discovery is built so far: give --discover-only" in capsys.readouterr().err
+    assert "the replica runs of an audit are not built yet: give --discover-only" in capsys.readouterr().err
 
 
 def test_a_refused_describe_names_the_call_and_the_acl():

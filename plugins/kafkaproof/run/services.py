@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -138,7 +139,7 @@ class _Instance:
         return process.wait_dead(self.ref, timeout_s, reap=self.popen.poll) if self.ref else True
 
 
-class FleetBase:
+class FleetBase(ABC):
     """What the fleets of processes (`ServiceFleet`) and containers (`run.app_containers.ContainerFleet`)
     share: their instances by (service, index), started together (each with a free loopback port) and
     always stopped together (a context manager). Subclasses say how one instance is made, launched, waited
@@ -213,20 +214,25 @@ class FleetBase:
         """Start a killed instance again: as the first time here."""
         self._launch(inst)
 
+    @abstractmethod
     def kill(self, name: str, i: int) -> None:
-        raise NotImplementedError
+        """Kill one instance at once (SIGKILL, or the engine's kill)."""
 
+    @abstractmethod
     def _new_instance(self, spec, i: int, port: int, values: dict[str, str], log_path: Path):
-        raise NotImplementedError
+        """One instance of `spec`, not started."""
 
+    @abstractmethod
     def _launch(self, inst) -> None:
-        raise NotImplementedError
+        """Start one instance."""
 
+    @abstractmethod
     def _await_ready(self, inst) -> None:
-        raise NotImplementedError
+        """Wait until one instance is ready; ApplicationError naming it, its check and its last log lines."""
 
+    @abstractmethod
     def stop_all(self) -> None:
-        raise NotImplementedError
+        """Stop every instance and forget them."""
 
 
 class ServiceFleet(FleetBase):

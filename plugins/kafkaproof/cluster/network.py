@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 from ..errors import ClusterError, FaultError
 from ..spec.cluster import NodeLink
@@ -86,7 +87,16 @@ def destroy_link(link: NodeLink) -> None:
     """Delete a node's namespace (which deletes its veth end, rules and qdiscs) and the host veth."""
     _check_name(link.namespace)
     run(["ip", "link", "del", link.veth_host], check=False)
-    run(["ip", "netns", "del", link.namespace], check=False)
+    for attempt in range(5):
+        proc = run(["ip", "netns", "del", link.namespace], check=False)
+        if link.namespace not in list_kafkaproof_namespaces():
+            return
+        # The name's bind mount can be busy for an instant (a process entering the namespace as it goes).
+        log.warning("namespace %s is still there after `ip netns del` (%s); again in 0.2 s", link.namespace,
+                    proc.stderr.strip() or f"exit {proc.returncode}")
+        time.sleep(0.2)
+    raise ClusterError(f"namespace {link.namespace} could not be deleted: {proc.stderr.strip()}; "
+                       f"`ip netns del {link.namespace}` by hand, then `kafkaproof cluster down --all`")
 
 
 def list_kafkaproof_namespaces() -> list[str]:

@@ -19,7 +19,7 @@ import base64
 import dataclasses
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from . import records as rb
@@ -290,9 +290,3 @@ def read_all(call: Any, page: int = PAGE_DEFAULT) -> dict[str, Any]:
     out.pop("start", None)
     out.pop("next", None)
     return out
-
-
-def records_json(records: Iterable[dict[str, Any]]) -> list[tuple[bytes | None, bytes | None,
-                                                                 tuple[tuple[str, bytes | None], ...]]]:
-    """(key, value, headers) of JSON log records, bytes decoded: what an identity reader reads."""
-    return [(unb64(r["key"]), unb64(r["value"]), tuple((k, unb64(v)) for k, v in r["headers"])) for r in records]

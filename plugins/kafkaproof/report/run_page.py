@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from ..spec.client_versions import read_client_versions, summary as client_summary
 from ..spec.connection import connection_text
-from ..spec.ledger import MANIFEST, TABLES
+from ..spec.ledger import MANIFEST, SIDE_TABLES, TABLES
 from .data import (DEFAULT_EXAMPLES, REPORT_DIR, RunData, expectation_of, guarantee_of, load_history, load_run, phases,
                    read_json, run_started_wall, run_t0, scenario_name, scenario_of)
 from .kit import (VERDICT_COLORS, Markup, badge, bullets, esc, fmt_int, fmt_ms, fmt_num, fmt_t, fmt_value_id,
@@ -408,6 +408,9 @@ def section_links(v: RunView) -> Markup:
         p = rd / name
         extra = f" ({fmt_int(counts.get(name.split('.')[0]))} rows)" if counts.get(name.split(".")[0]) is not None else ""
         items.append(link(rel_href(p, here), name) + esc(extra) if p.exists() else esc(f"{name} (missing)"))
+    for name in (f"{t}.parquet" for t in SIDE_TABLES):  # beside the analysis' inputs, when the run has them
+        if (rd / name).exists():
+            items.append(link(rel_href(rd / name, here), name))
     groups = [("Ledger", items)]
     analysis = [link(rel_href(p, here), f"analysis/{p.name}") for p in sorted((rd / "analysis").glob("*"))] \
         if (rd / "analysis").is_dir() else [esc("not analysed")]

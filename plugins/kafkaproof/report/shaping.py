@@ -227,8 +227,10 @@ def application_text(manifest: Mapping[str, Any] | None, metrics: Mapping[str, A
         parts[0] += f" ({', '.join(refused)})"
     if app.get("processed"):
         parts.append(f"{fmt_int(((metrics or {}).get('outcomes') or {}).get('consumed'))} processed")
+    delivered = delivered_text(app.get("delivered"))
+    tail = f" {delivered}" if delivered else ""
     if lost is None or not lost.count:
-        return ", ".join(parts + ["every accepted event in Kafka"]) + "."
+        return ", ".join(parts + ["every accepted event in Kafka"]) + "." + tail
     text = f"{fmt_int(lost.count)} accepted but never in Kafka"
     wall0 = ((manifest or {}).get("clock") or {}).get("wall_origin_ns")
     if lost.first_s is not None and wall0 is not None:
@@ -237,7 +239,35 @@ def application_text(manifest: Mapping[str, Any] | None, metrics: Mapping[str, A
         active = active_faults_at(lost.first_s, windows, end_s)
         if active:
             text += ", during " + ", ".join(f"{w.kind} {w.target}" for w in active)
-    return ", ".join(parts + [text]) + "."
+    return ", ".join(parts + [text]) + "." + tail
+
+
+def delivered_text(delivered: Any) -> str | None:
+    """The sentence on what the consumer group was handed (the manifest's `application.delivered`, from the
+    fault proxies' Fetch answers), which says it is "delivered", not "processed"; or why it was not
+    measured. None for a run recorded before the measure existed."""
+    if not isinstance(delivered, Mapping):
+        return None
+    if not delivered.get("measured"):
+        return f"Delivered to the consumer group: {delivered.get('reason') or 'not measured'}."
+    text = (f"Delivered to the consumer group (what the fault proxies handed it in Fetch answers, not what it "
+            f"processed): {fmt_int(delivered.get('delivered'))} of {fmt_int(delivered.get('accepted'))} accepted events")
+    missed = delivered.get("delivered_not_processed")
+    if isinstance(missed, Mapping):
+        text += f", {fmt_int(missed.get('count'))} delivered but never processed"
+        if missed.get("count") and missed.get("examples"):
+            text += f" (e.g. {', '.join(map(str, missed['examples'][:3]))})"
+    never = (delivered.get("never_delivered") or {}).get("count")
+    if never:
+        text += f", {fmt_int(never)} never delivered"
+    notes = []
+    if delivered.get("truncated"):
+        notes.append("the delivery log reached its bound (truncated)")
+    if delivered.get("unread_batches"):
+        notes.append(f"{fmt_int(delivered['unread_batches'])} compressed batches handed over unread")
+    if delivered.get("problems"):
+        notes.append("incomplete: " + "; ".join(f"{k}: {v}" for k, v in delivered["problems"].items()))
+    return text + (f" ({'; '.join(notes)})" if notes else "") + "."
 
 
 def outcome_rows(metrics: Mapping[str, Any] | None) -> list[tuple[str, Any, str]]:

@@ -140,6 +140,9 @@ def measure(run_dir: Path, recorder: DeliveryRecorder, decoder: EventDecoder, se
     """Collect the proxies' logs, write `delivered.parquet` and return the manifest's `application.delivered`.
     `sends`/`reads`: the run's SENDS and READS (None: no processed source); `index`: event id -> value id."""
     records, logs = recorder.collect()
+    if not logs:  # not one log read (e.g. proxies of an older kafkaproof, without the log): no zero
+        why = "; ".join(f"{k}: {v}" for k, v in recorder.problems.items()) or "no proxy"
+        return not_measured(f"not measured (no fault proxy's delivery log could be read: {why})")
     table = delivered_table(records, decoder, recorder.topic_ids)
     ledger.write_arrow(run_dir, "delivered", table)
     accepted = {v for v, o in zip(sends.column("value_id").to_pylist(), sends.column("outcome").to_pylist())

@@ -117,6 +117,10 @@ def test_the_recorder_reads_every_proxy_it_started_and_names_the_ones_it_could_n
     assert summary["never_delivered"]["examples"] == ["r-2"] and not summary["complete"]
     assert ledger.read_table(tmp_path, "delivered").num_rows == 2
     assert ledger.read_table(tmp_path / "none", "delivered").num_rows == 0  # a side table: absent reads empty
+    old = DeliveryRecorder(SimpleNamespace(proxy_ids=lambda: [3], proxy_control=lambda nid: _Client(proxies[3])), "t")
+    old.start()  # e.g. a proxy of an older kafkaproof, or gone: nothing read is not a zero
+    unread = measure(tmp_path / "old", old, EventDecoder(JSON_ID, index(3)), sends, reads, set(), index(3))
+    assert not unread["measured"] and "broker 3: delivery log not started" in unread["reason"]
 
 
 def test_without_proxies_the_manifest_says_not_measured(tmp_path) -> None:

@@ -4,21 +4,21 @@ One JSON object per line in each direction. Requests carry ``op`` and the
 operation's fields; every reply has ``ok`` and, when ``ok`` is false, ``error``.
 An optional ``req`` field in a request is echoed in its reply.
 
-=============  =======================  ===============================================
-op             request fields           reply fields
-=============  =======================  ===============================================
-ping           -                        ``pid``
-add_rule       ``rule`` (object)        ``rule_id``
-remove_rule    ``rule_id``              ``removed`` (bool), ``rule`` (its final state, or null)
-clear          -                        ``removed`` (int)
-rules          -                        ``rules`` (list)
-stats          -                        ``stats`` (object)
-deliveries_start  ``limit``, ``max_bytes``,  ``deliveries`` (the new log's summary)
-               ``topics`` (all optional)
-deliveries     ``start`` (0), ``max``   ``deliveries``: the summary, ``records`` from ``start`` (at most
-               (5,000; at most 20,000)  ``max``), ``unread`` (first page), ``next`` (None: the last page)
-deliveries_stop  ``clear`` (false)      ``deliveries`` (the summary)
-=============  =======================  ===============================================
+================  ==========================  ============================================
+op                request fields              reply fields
+================  ==========================  ============================================
+ping              -                           ``pid``
+add_rule          ``rule`` (object)           ``rule_id``
+remove_rule       ``rule_id``                 ``removed`` (bool), ``rule`` (its final state, or null)
+clear             -                           ``removed`` (int)
+rules             -                           ``rules`` (list)
+stats             -                           ``stats`` (object)
+deliveries_start  ``limit``, ``max_bytes``,   ``deliveries`` (the new log's summary)
+                  ``topics`` (all optional)
+deliveries        ``start`` (0), ``max``      ``deliveries``: the summary, ``records`` from ``start``,
+                  (5,000; at most 20,000)     ``unread`` (first page), ``next`` (None: the last page)
+deliveries_stop   ``clear`` (false)           ``deliveries`` (the summary)
+================  ==========================  ============================================
 
 The delivery log (``deliveries.py``) keeps what Fetch answers hand the clients while it is on.
 

@@ -5,7 +5,8 @@ with nothing left running.
 
 The E6 pair and the consumer-kill pair are the basic form in `make test` (four runs of ~40-60 s and one
 Spark submit) with the bad input refused on real processes (a service never ready, an endpoint rejecting
-every request, an identity matching no record: ~20 s); the lost-ack pair is marked `long`. The first build of the example downloads Spring Boot into
+every request, an identity matching no record: ~20 s); the lost-ack pair is marked `long`, and so is the
+poison control through fault proxies (what they delivered to the consumer group vs what it processed, ~65 s). The first build of the example downloads Spring Boot into
 ~/.m2 (cached after), and each service takes ~5-10 s to start beside three brokers.
 """
 from __future__ import annotations

@@ -227,10 +227,8 @@ def application_text(manifest: Mapping[str, Any] | None, metrics: Mapping[str, A
         parts[0] += f" ({', '.join(refused)})"
     if app.get("processed"):
         parts.append(f"{fmt_int(((metrics or {}).get('outcomes') or {}).get('consumed'))} processed")
-    delivered = delivered_text(app.get("delivered"))
-    tail = f" {delivered}" if delivered else ""
     if lost is None or not lost.count:
-        return ", ".join(parts + ["every accepted event in Kafka"]) + "." + tail
+        return ", ".join(parts + ["every accepted event in Kafka"]) + "."
     text = f"{fmt_int(lost.count)} accepted but never in Kafka"
     wall0 = ((manifest or {}).get("clock") or {}).get("wall_origin_ns")
     if lost.first_s is not None and wall0 is not None:
@@ -239,13 +237,15 @@ def application_text(manifest: Mapping[str, Any] | None, metrics: Mapping[str, A
         active = active_faults_at(lost.first_s, windows, end_s)
         if active:
             text += ", during " + ", ".join(f"{w.kind} {w.target}" for w in active)
-    return ", ".join(parts + [text]) + "." + tail
+    return ", ".join(parts + [text]) + "."
 
 
-def delivered_text(delivered: Any) -> str | None:
-    """The sentence on what the consumer group was handed (the manifest's `application.delivered`, from the
-    fault proxies' Fetch answers), which says it is "delivered", not "processed"; or why it was not
-    measured. None for a run recorded before the measure existed."""
+def delivered_text(manifest: Mapping[str, Any] | None) -> str | None:
+    """The run page's sentence, under the application's view, on what the consumer group was handed (the
+    manifest's `application.delivered`, from the fault proxies' Fetch answers): it says it is "delivered",
+    not "processed", or why it was not measured. None without an application or for a run recorded
+    before the measure existed."""
+    delivered = ((manifest or {}).get("application") or {}).get("delivered")
     if not isinstance(delivered, Mapping):
         return None
     if not delivered.get("measured"):

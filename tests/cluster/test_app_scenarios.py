@@ -5,7 +5,8 @@ with nothing left running.
 
 The E6 pair and the consumer-kill pair are the basic form in `make test` (four runs of ~40-60 s and one
 Spark submit) with the bad input refused on real processes (a service never ready, an endpoint rejecting
-every request, an identity matching no record: ~20 s); the lost-ack pair is marked `long`. The first build of the example downloads Spring Boot into
+every request, an identity matching no record: ~20 s); the lost-ack pair is marked `long`, and so is the
+poison control through fault proxies (what they delivered to the consumer group vs what it processed, ~65 s). The first build of the example downloads Spring Boot into
 ~/.m2 (cached after), and each service takes ~5-10 s to start beside three brokers.
 """
 from __future__ import annotations
@@ -14,9 +15,14 @@ import json
 import logging
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
+
+from kafkaproof import pipeline
 
 from kafkaproof.cluster import procs
 from kafkaproof.run import RunOptions, ScenarioRun
@@ -67,6 +73,8 @@ def check_the_kill_pair(runs: dict, verdicts: dict) -> None:
     assert [c["held"] for c in killed.exercised if c["check"] == "fault_took_effect"] == [True]
     manifest = json.loads((runs["app-processor-killed-batch-ack"] / "manifest.json").read_text())
     assert manifest["application"]["processed_polls"]["restarts"] >= 1  # the list began anew after the kill
+    # no fault proxies: what the consumers were handed is not measured, and the manifest says so
+    assert manifest["application"]["delivered"] == {"measured": False, "reason": "not measured (no proxy)"}
     v = values(runs["app-processor-killed-batch-ack"])
     accepted = v[v.outcome == "ok"]
     assert len(accepted) == manifest["application"]["requests"]["accepted"] > 0
@@ -107,6 +115,39 @@ def test_lost_acks_put_signups_in_the_log_twice_processed_twice_unless_the_proce
         assert cluster["proxy"] and cluster["bootstrap_servers"] != cluster["direct_bootstrap"]
         for service in manifest["application"]["services"]:  # {bootstrap} is the proxies' addresses
             assert f"--spring.kafka.bootstrap-servers={cluster['bootstrap_servers']}" in service["argv"], name
+
+
+@pytest.mark.long
+def test_through_proxies_every_accepted_signup_is_delivered_and_the_poison_ones_never_processed(tmp_path):
+    """The poison-skipping processor with fault proxies in front of the brokers (no proxy fault): the proxies'
+    delivery logs show every accepted sign-up handed to the consumer group, and exactly the poison ones
+    (ids ending in 7) handed over but never processed. ~60 s, no Spark."""
+    (catalog,) = pipeline.suite(names=["app-processor-skips-poison"])
+    doc = yaml.safe_load(Path(catalog.path).read_text())
+    doc["cluster"]["proxy"] = True
+    scenario = Scenario(catalog.name, catalog.path, validate_document(doc, str(catalog.path)))
+    started = time.monotonic()
+    result = ScenarioRun(resolve(scenario), RunOptions(out=tmp_path)).execute()
+    print(f"[app] {scenario.name} through proxies: run {result.status} in {time.monotonic() - started:.1f} s",
+          flush=True)
+    assert result.status == "complete", result.error
+    delivered = json.loads((result.run_dir / "manifest.json").read_text())["application"]["delivered"]
+    print(f"[app] delivered: {json.dumps({k: v for k, v in delivered.items() if k != 'proxies'})}", flush=True)
+    sends = pq.read_table(result.run_dir / "sends.parquet").to_pandas()
+    accepted = set(sends[sends.outcome == "ok"].value_id)
+    poison = set(sends[(sends.outcome == "ok") & (sends.seq % 10 == 7)].value_id)
+    handed = pq.read_table(result.run_dir / "delivered.parquet").to_pandas()
+    processed = set(pq.read_table(result.run_dir / "reads.parquet").column("value_id").to_pylist())
+    assert accepted and poison and accepted <= set(handed.value_id)  # every accepted sign-up handed over
+    assert not poison & processed and accepted - poison <= processed
+    assert delivered["measured"] and delivered["accepted"] == delivered["delivered"] == len(accepted)
+    assert delivered["never_delivered"]["count"] == 0 and delivered["processed"] == len(accepted - poison)
+    assert delivered["delivered_not_processed"]["count"] == len(poison)
+    assert all(e.endswith("7") for e in delivered["delivered_not_processed"]["examples"])
+    assert not delivered["truncated"] and delivered["unread_batches"] == 0 and delivered["complete"]
+    times = handed[handed.value_id.isin(poison)].groupby("value_id").size()
+    print(f"[app] {len(handed)} records handed over; each poison sign-up {times.min()}-{times.max()} times",
+          flush=True)
 
 
 def test_a_service_that_never_becomes_ready_is_an_error_naming_it_with_nothing_left_running(tmp_path):

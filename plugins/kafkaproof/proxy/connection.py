@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import protocol as kp
+from .deliveries import FetchDeliveries, FetchSession, PartitionKey, fetch_deliveries, is_consumer_fetch
 from .errors import KafkaProtocolError, ProxyError, UnsupportedVersion
 from .events import stamp
 from .rules import BANDWIDTH, BLACKHOLE, BOTH, ERROR, LATENCY, LOST_ACK, REQUEST, RESET, RESPONSE, RuleState
@@ -57,6 +58,10 @@ class _Request:
     expects_response: bool
     head: bytes = b""
     delayed_by: RuleState | None = None  # the (first) latency rule that held this request or its answer back
+    # With the delivery log on, a consumer's Fetch: the fetch offsets its answer starts at, then what the
+    # answer hands the client (logged when it is written).
+    positions: dict[PartitionKey, int] | None = None
+    delivered: FetchDeliveries | None = None
     _targets: tuple[kp.TopicPartitions, ...] | None = None
     _targets_error: str | None = None
     _parsed: bool = False
@@ -138,6 +143,8 @@ class _Connection:
         # one answer per poll and, when a write to the broken connection fails first, closes it with
         # the rest unread (and re-sends those requests). The reset reports them.
         self.written: list[tuple[float, Item]] = []
+        self.track_written = False
+        self.fetch_session = FetchSession()  # with the delivery log on: the fetch offsets of this connection
         self.now = self.proxy.now
 
     # ----------------------------------------------------------------- lifecycle
@@ -227,9 +234,16 @@ class _Connection:
             self._report_discarded(state, caused_by, torn, torn_direction)
         self.close(reason, rst=True)
 
-    def _answer_written(self, item: Item) -> None:
-        if item.ctx.header.api_key == kp.PRODUCE:
+    def _written(self, item: Item) -> None:
+        """A whole answer written to the client (installed only when something needs it)."""
+        ctx = item.ctx
+        if self.track_written and ctx.header.api_key == kp.PRODUCE:
             self.written.append((self.now(), item))
+        if ctx.delivered is not None:
+            log_ = self.proxy.deliveries
+            if log_ is not None:
+                log_.add(self.id, ctx.header.client_id, self.listener.node_id, ctx.delivered)
+            ctx.delivered = None
 
     def _report_unread(self, state: RuleState, caused_by: str) -> None:
         """Report the Produce answers written to the client while the reset was due (a lost ack's request
@@ -392,6 +406,8 @@ class _Connection:
         self.listener.stats.requests += 1
         self.listener.stats.bytes_from_clients += 4 + len(frame)
         ctx = _Request(header, frame, expects, head)
+        if header.api_key == kp.FETCH and self.proxy.recording_deliveries():
+            self._fetch_positions(ctx)
         if self.blackhole is not None:
             self.event("fault", ctx, self.blackhole, phase="request_discarded")
             return
@@ -409,6 +425,32 @@ class _Connection:
         if plan.disposition is not None and self._dispose(ctx, plan):
             return
         self._forward(ctx, plan)
+
+    def _fetch_positions(self, ctx: _Request) -> None:
+        """The delivery log: where a consumer's Fetch answer starts in each partition (this connection's
+        fetch session applied); a request the proxy cannot decode is counted and not logged."""
+        try:
+            request = kp.decode_request(ctx.frame, ctx.header)
+        except (KafkaProtocolError, UnsupportedVersion):
+            assert self.proxy.deliveries is not None
+            self.proxy.deliveries.undecodable += 1
+            return
+        if is_consumer_fetch(request):
+            ctx.positions = self.fetch_session.update(request, self.proxy.topic_names)
+
+    def _log_deliveries(self, ctx: _Request, frame: bytes) -> None:
+        """The delivery log: what this Fetch answer (as it goes to the client) hands over, logged once written."""
+        log_ = self.proxy.deliveries
+        if log_ is None or not log_.on or ctx.positions is None:
+            return
+        try:
+            payload = kp.decode_response(frame, kp.FETCH, ctx.header.api_version)
+        except (KafkaProtocolError, UnsupportedVersion):
+            log_.undecodable += 1
+            return
+        ctx.delivered = fetch_deliveries(payload, ctx.positions, self.proxy.topic_names, log_.topics)
+        assert self.down is not None
+        self.down.on_written = self._written
 
     def _on_request_before_reset(self, head: bytes, frame: bytes) -> None:
         """``on_request`` once a lost ack with reset is due on this connection.
@@ -503,7 +545,8 @@ class _Connection:
             if rule.reset:
                 self.client_side.on_frame = self._on_request_before_reset
                 assert self.down is not None
-                self.down.on_written = self._answer_written
+                self.track_written = True
+                self.down.on_written = self._written
             return True
         if rule.action == ERROR:
             return self._inject_error(ctx, plan, state)
@@ -564,6 +607,8 @@ class _Connection:
         state = inflight.fault
         not_before = self.proxy.now() + inflight.response_delay if inflight.response_delay else 0.0
         if state is None:
+            if inflight.ctx.positions is not None:
+                self._log_deliveries(inflight.ctx, frame if rewritten is None else rewritten[4:])
             self.down.fill(inflight.slot, SLOT_READY, data, not_before,
                            inflight.response_pacers, inflight.response_budgets, head)
             return

@@ -4,16 +4,23 @@ One JSON object per line in each direction. Requests carry ``op`` and the
 operation's fields; every reply has ``ok`` and, when ``ok`` is false, ``error``.
 An optional ``req`` field in a request is echoed in its reply.
 
-=============  =======================  ===============================================
-op             request fields           reply fields
-=============  =======================  ===============================================
-ping           -                        ``pid``
-add_rule       ``rule`` (object)        ``rule_id``
-remove_rule    ``rule_id``              ``removed`` (bool), ``rule`` (its final state, or null)
-clear          -                        ``removed`` (int)
-rules          -                        ``rules`` (list)
-stats          -                        ``stats`` (object)
-=============  =======================  ===============================================
+================  ==========================  ============================================
+op                request fields              reply fields
+================  ==========================  ============================================
+ping              -                           ``pid``
+add_rule          ``rule`` (object)           ``rule_id``
+remove_rule       ``rule_id``                 ``removed`` (bool), ``rule`` (its final state, or null)
+clear             -                           ``removed`` (int)
+rules             -                           ``rules`` (list)
+stats             -                           ``stats`` (object)
+deliveries_start  ``limit``, ``max_bytes``,   ``deliveries`` (the new log's summary)
+                  ``topics`` (all optional)
+deliveries        ``start`` (0), ``max``      ``deliveries``: the summary, ``records`` from ``start``,
+                  (5,000; at most 20,000)     ``unread`` (first page), ``next`` (None: the last page)
+deliveries_stop   ``clear`` (false)           ``deliveries`` (the summary)
+================  ==========================  ============================================
+
+The delivery log (``deliveries.py``) keeps what Fetch answers hand the clients while it is on.
 
 The channel is its owner's only (``kafkaproof.controlsock``): a Unix socket (``unix:PATH``, in a
 0700 directory) whose server answers a peer of another uid (``SO_PEERCRED``) with a refusal, or, only
@@ -30,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import controlsock
+from .deliveries import read_all
 from .errors import ControlError, ProxyError
 from .server import FaultProxy, format_hostport, parse_hostport
 
@@ -58,8 +66,16 @@ def handle_command(proxy: FaultProxy, request: Any) -> dict[str, Any]:
             reply["rules"] = proxy.rules()
         elif op == "stats":
             reply["stats"] = proxy.stats()
+        elif op == "deliveries_start":
+            reply["deliveries"] = proxy.start_deliveries(request.get("limit"), request.get("max_bytes"),
+                                                         request.get("topics"))
+        elif op == "deliveries":
+            reply["deliveries"] = proxy.read_deliveries(request.get("start", 0), request.get("max"))
+        elif op == "deliveries_stop":
+            reply["deliveries"] = proxy.stop_deliveries(bool(request.get("clear", False)))
         else:
-            reply = {"ok": False, "error": f"unknown op {op!r}; use ping, add_rule, remove_rule, clear, rules, stats"}
+            reply = {"ok": False, "error": f"unknown op {op!r}; use ping, add_rule, remove_rule, clear, rules, stats, "
+                                           f"deliveries_start, deliveries, deliveries_stop"}
     except ProxyError as exc:
         reply = {"ok": False, "error": str(exc)}
     if "req" in request:
@@ -212,6 +228,20 @@ class ControlClient:
     def stats(self) -> dict[str, Any]:
         """Listener counters, rules and event count."""
         return dict(self.call("stats")["stats"])
+
+    def deliveries_start(self, limit: int | None = None, max_bytes: int | None = None,
+                         topics: list[str] | None = None) -> dict[str, Any]:
+        """Turn the proxy's delivery log on (anew); returns its summary."""
+        fields = {k: v for k, v in (("limit", limit), ("max_bytes", max_bytes), ("topics", topics)) if v is not None}
+        return dict(self.call("deliveries_start", **fields)["deliveries"])
+
+    def deliveries(self) -> dict[str, Any]:
+        """The whole delivery log, read page by page: its summary, ``records`` and ``unread``."""
+        return read_all(self.call)
+
+    def deliveries_stop(self, clear: bool = False) -> dict[str, Any]:
+        """Stop the delivery log (readable until ``clear``); returns its summary."""
+        return dict(self.call("deliveries_stop", clear=clear)["deliveries"])
 
     def close(self) -> None:
         """Close the control connection."""

@@ -358,18 +358,26 @@ def _zigzag(value: int) -> bytes:
             return bytes(out)
 
 
+def _bytes_field(data: bytes | None) -> bytes:
+    return _zigzag(-1) if data is None else _zigzag(len(data)) + data
+
+
 def make_record_batch(values: Iterable[bytes | None], base_offset: int = 0, attributes: int = 0,
-                      key: bytes | None = None) -> bytes:
-    """A real v2 record batch (valid CRC) of one record per value, uncompressed unless ``attributes`` say
-    otherwise (then only the attribute is set: the records stay plain, for tests of what is skipped)."""
+                      key: bytes | None = None, headers: Iterable[tuple[str, bytes | None]] = (),
+                      base_timestamp: int = 0) -> bytes:
+    """A real v2 record batch (valid CRC) of one record per value (each with ``key`` and ``headers``,
+    timestamped ``base_timestamp``), uncompressed unless ``attributes`` say otherwise (then only
+    the attribute is set: the records stay plain, for tests of what is skipped)."""
     records = []
     values = list(values)
+    head_bytes = list(headers)
+    encoded_headers = _zigzag(len(head_bytes)) + b"".join(
+        _bytes_field(name.encode()) + _bytes_field(value) for name, value in head_bytes)
     for delta, value in enumerate(values):
-        body = (b"\x00" + _zigzag(0) + _zigzag(delta)
-                + (_zigzag(-1) if key is None else _zigzag(len(key)) + key)
-                + (_zigzag(-1) if value is None else _zigzag(len(value)) + value) + _zigzag(0))
+        body = (b"\x00" + _zigzag(0) + _zigzag(delta) + _bytes_field(key) + _bytes_field(value)
+                + encoded_headers)
         records.append(_zigzag(len(body)) + body)
-    after_crc = (struct.pack(">hi", attributes, len(values) - 1) + struct.pack(">qq", 0, 0)
+    after_crc = (struct.pack(">hi", attributes, len(values) - 1) + struct.pack(">qq", base_timestamp, base_timestamp)
                  + struct.pack(">qhi", -1, -1, -1) + struct.pack(">i", len(values)) + b"".join(records))
     after_length = struct.pack(">ib", 0, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
     return struct.pack(">qi", base_offset, len(after_length)) + after_length

@@ -21,6 +21,7 @@ _HEAD_BYTES = 12              # baseOffset + batchLength: batchLength counts the
 _MAGIC_AT = 16
 _ATTRIBUTES_AT = 21
 _LAST_DELTA_AT = 23
+_BASE_TIMESTAMP_AT = 27
 _COUNT_AT = 57
 _RECORDS_AT = 61              # the first record of an uncompressed batch
 _COMPRESSION_MASK = 0x07
@@ -84,29 +85,73 @@ def _varint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def value_spans(batch: bytes) -> list[tuple[int, int]]:
-    """(start, end) in ``batch`` of each record's value (a null value has none) of an uncompressed batch.
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One record of an uncompressed batch, as a client reads it: where its key and value sit in the batch
+    (None: null), its deltas, and where its headers start."""
+
+    offset_delta: int
+    timestamp_delta: int
+    key: tuple[int, int] | None
+    value: tuple[int, int] | None
+    headers_at: int
+    end: int
+
+
+def records_of(batch: bytes) -> list[Record]:
+    """Every record of an uncompressed batch (positions in ``batch``).
 
     A record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
-    keyLength varint, key, valueLength varint, value, headers.
+    keyLength varint, key, valueLength varint, value, headers. Raises KafkaProtocolError on a record
+    that runs past its batch.
     """
     (count,) = struct.unpack_from(">i", batch, _COUNT_AT)
-    spans, pos = [], _RECORDS_AT
+    out, pos = [], _RECORDS_AT
     for _ in range(max(count, 0)):
         length, pos = _varint(batch, pos)
         record_end = pos + length
         pos += 1  # attributes
-        _timestamp_delta, pos = _varint(batch, pos)
-        _offset_delta, pos = _varint(batch, pos)
+        timestamp_delta, pos = _varint(batch, pos)
+        offset_delta, pos = _varint(batch, pos)
         key_length, pos = _varint(batch, pos)
+        key = (pos, pos + key_length) if key_length >= 0 else None
         pos += max(key_length, 0)
         value_length, pos = _varint(batch, pos)
-        if value_length > 0:
-            spans.append((pos, pos + value_length))
+        value = (pos, pos + value_length) if value_length >= 0 else None
         if record_end > len(batch) or pos + max(value_length, 0) > record_end:
             raise KafkaProtocolError("a record runs past its batch")
+        out.append(Record(offset_delta, timestamp_delta, key, value, pos + max(value_length, 0), record_end))
         pos = record_end
-    return spans
+    return out
+
+
+def value_spans(batch: bytes) -> list[tuple[int, int]]:
+    """(start, end) in ``batch`` of each record's non-empty value (a null or empty value has none) of an
+    uncompressed batch."""
+    return [r.value for r in records_of(batch) if r.value is not None and r.value[1] > r.value[0]]
+
+
+def headers_of(batch: bytes, record: Record) -> tuple[tuple[str, bytes | None], ...]:
+    """A record's headers: (name, value or None), in order; a name that is not UTF-8 is decoded with
+    replacement (header names are strings in Kafka)."""
+    count, pos = _varint(batch, record.headers_at)
+    out = []
+    for _ in range(max(count, 0)):
+        name_length, pos = _varint(batch, pos)
+        name = bytes(batch[pos:pos + max(name_length, 0)]).decode("utf-8", "replace")
+        pos += max(name_length, 0)
+        value_length, pos = _varint(batch, pos)
+        value = bytes(batch[pos:pos + value_length]) if value_length >= 0 else None
+        pos += max(value_length, 0)
+        if pos > record.end:
+            raise KafkaProtocolError("a record's headers run past the record")
+        out.append((name, value))
+    return tuple(out)
+
+
+def base_timestamp(batch: bytes) -> int:
+    """The batch's base timestamp (epoch ms): a record's timestamp is it plus the record's delta."""
+    return int(struct.unpack_from(">q", batch, _BASE_TIMESTAMP_AT)[0])
 
 
 def corrupt_values(batch: bytes) -> tuple[bytes, int]:

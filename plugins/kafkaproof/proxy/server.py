@@ -31,6 +31,7 @@ from typing import Any
 
 from . import protocol as kp
 from . import responses
+from .deliveries import DeliveryLog
 from .errors import KafkaProtocolError, ProxyError, RuleError, UnsupportedVersion
 from .events import EventSink, JsonlEventSink, stamp
 from .connection import _Connection, _Request, format_hostport, parse_hostport  # noqa: F401 (re-exported)
@@ -225,6 +226,7 @@ class FaultProxy:
         self._expired_reported: set[str] = set()
         self._started_at = 0.0
         self._running = False
+        self.deliveries: DeliveryLog | None = None  # the delivery log, once turned on (deliveries.py)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -489,6 +491,37 @@ class FaultProxy:
             log.warning("broker %d at %s has no proxy listener; clients will reach it directly",
                         node_id, format_hostport(host, port))
         return None
+
+    # ----------------------------------------------------------------- the delivery log
+
+    def start_deliveries(self, limit: Any = None, max_bytes: Any = None, topics: Any = None) -> dict[str, Any]:
+        """Turn the delivery log on (a new, empty one: what an earlier one held is gone); returns its summary."""
+        self.deliveries = DeliveryLog(limit, max_bytes, topics)
+        self.emit(stamp("deliveries_started", detail=self.deliveries.summary()))
+        return self.deliveries.summary()
+
+    def stop_deliveries(self, clear: bool = False) -> dict[str, Any]:
+        """Stop recording; the log stays readable unless ``clear``. Returns its summary."""
+        log_ = self._delivery_log()
+        log_.stop()
+        summary = log_.summary()
+        self.emit(stamp("deliveries_stopped", detail=summary))
+        if clear:
+            self.deliveries = None
+        return summary
+
+    def read_deliveries(self, start: Any = 0, size: Any = None) -> dict[str, Any]:
+        """One page of the delivery log (`DeliveryLog.page`)."""
+        return self._delivery_log().page(start, size)
+
+    def recording_deliveries(self) -> bool:
+        """Whether Fetch answers are being logged now."""
+        return self.deliveries is not None and self.deliveries.on
+
+    def _delivery_log(self) -> DeliveryLog:
+        if self.deliveries is None:
+            raise ProxyError("the delivery log is off: turn it on with deliveries_start")
+        return self.deliveries
 
     # ----------------------------------------------------------------- events and stats
 

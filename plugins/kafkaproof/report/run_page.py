@@ -13,13 +13,13 @@ from typing import Any, Mapping
 
 from ..spec.client_versions import read_client_versions, summary as client_summary
 from ..spec.connection import connection_text
-from ..spec.ledger import MANIFEST, TABLES
+from ..spec.ledger import MANIFEST, SIDE_TABLES, TABLES
 from .data import (DEFAULT_EXAMPLES, REPORT_DIR, RunData, expectation_of, guarantee_of, load_history, load_run, phases,
                    read_json, run_started_wall, run_t0, scenario_name, scenario_of)
 from .kit import (VERDICT_COLORS, Markup, badge, bullets, esc, fmt_int, fmt_ms, fmt_num, fmt_t, fmt_value_id,
                    is_missing, join, kv, link, none_note, page, plural, rel_href, table, tag, write_html)
 from .shaping import (PERCENTILE_KEYS, FaultWindow, KindSummary, TrendPoint, application_text, attribution_text,
-                      delivery_text, error_rows, fault_windows, kind_summaries, latency_by_fault_rows, latency_rows, outcome_rows,
+                      delivered_text, delivery_text, error_rows, fault_windows, kind_summaries, latency_by_fault_rows, latency_rows, outcome_rows,
                       per_second, recovery_rows, trend_points)
 from .svg import Timeline, build_timeline, svg_timeline, svg_trend
 from .verdict_text import Verdict, anomaly_counts, build_verdict, ordered_kinds
@@ -81,6 +81,9 @@ def section_verdict(v: RunView) -> Markup:
     app = view_application_text(v)
     if app:  # an application run leads with the application's view
         body.append(tag("div", tag("strong", app), class_="app"))
+    delivered = delivered_text(v.data.manifest)
+    if delivered:  # delivered (the proxies' Fetch answers), not processed; or why it was not measured
+        body.append(tag("div", delivered, class_="app-delivered"))
     body.append(tag("div", claim + (f" Why: {why}" if why and outcome == "detect" else "")))
     if items:
         body.append(tag("ul", items))
@@ -408,6 +411,9 @@ def section_links(v: RunView) -> Markup:
         p = rd / name
         extra = f" ({fmt_int(counts.get(name.split('.')[0]))} rows)" if counts.get(name.split(".")[0]) is not None else ""
         items.append(link(rel_href(p, here), name) + esc(extra) if p.exists() else esc(f"{name} (missing)"))
+    for name in (f"{t}.parquet" for t in SIDE_TABLES):  # beside the analysis' inputs, when the run has them
+        if (rd / name).exists():
+            items.append(link(rel_href(rd / name, here), name))
     groups = [("Ledger", items)]
     analysis = [link(rel_href(p, here), f"analysis/{p.name}") for p in sorted((rd / "analysis").glob("*"))] \
         if (rd / "analysis").is_dir() else [esc("not analysed")]

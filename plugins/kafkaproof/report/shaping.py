@@ -240,6 +240,36 @@ def application_text(manifest: Mapping[str, Any] | None, metrics: Mapping[str, A
     return ", ".join(parts + [text]) + "."
 
 
+def delivered_text(manifest: Mapping[str, Any] | None) -> str | None:
+    """The run page's sentence, under the application's view, on what the consumer group was handed (the
+    manifest's `application.delivered`, from the fault proxies' Fetch answers): it says it is "delivered",
+    not "processed", or why it was not measured. None without an application or for a run recorded
+    before the measure existed."""
+    delivered = ((manifest or {}).get("application") or {}).get("delivered")
+    if not isinstance(delivered, Mapping):
+        return None
+    if not delivered.get("measured"):
+        return f"Delivered to the consumer group: {delivered.get('reason') or 'not measured'}."
+    text = (f"Delivered to the consumer group (what the fault proxies handed it in Fetch answers, not what it "
+            f"processed): {fmt_int(delivered.get('delivered'))} of {fmt_int(delivered.get('accepted'))} accepted events")
+    missed = delivered.get("delivered_not_processed")
+    if isinstance(missed, Mapping):
+        text += f", {fmt_int(missed.get('count'))} delivered but never processed"
+        if missed.get("count") and missed.get("examples"):
+            text += f" (e.g. {', '.join(map(str, missed['examples'][:3]))})"
+    never = (delivered.get("never_delivered") or {}).get("count")
+    if never:
+        text += f", {fmt_int(never)} never delivered"
+    notes = []
+    if delivered.get("truncated"):
+        notes.append("the delivery log reached its bound (truncated)")
+    if delivered.get("unread_batches"):
+        notes.append(f"{fmt_int(delivered['unread_batches'])} compressed batches handed over unread")
+    if delivered.get("problems"):
+        notes.append("incomplete: " + "; ".join(f"{k}: {v}" for k, v in delivered["problems"].items()))
+    return text + (f" ({'; '.join(notes)})" if notes else "") + "."
+
+
 def outcome_rows(metrics: Mapping[str, Any] | None) -> list[tuple[str, Any, str]]:
     """(label, count, meaning) for the outcomes table, from metrics.json (empty without the analysis)."""
     o = dict((metrics or {}).get("outcomes") or {})

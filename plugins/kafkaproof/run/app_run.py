@@ -28,6 +28,7 @@ from ..spec.application import ACCEPTED, REJECTED, ApplicationSection, event_seq
 from ..spec.ledger import READS, make_value_id
 from . import example_app
 from .app_ledger import EventDecoder, event_index, not_applicable, sends_from_http, value_id_of
+from .delivered import NOT_MEASURED_NO_PROXY, NOT_READ, DeliveryRecorder, measure, not_measured
 from .drain import drain
 from .http_driver import drive
 from .processed import ProcessedPoller, http_fetch, postgres_fetch, reads_from_topic
@@ -114,12 +115,40 @@ class AppRun:
         self.processed_decoder = _processed_decoder(section, run_id, self.index)
         self._digests: dict[str, str] = {}  # file_digests by path, for the manifest
         self.started_ns: int | None = None
+        # What the fault proxies handed the consumers (`run/delivered.py`): the recorder with proxies, and
+        # the manifest's `application.delivered` (not measured until it is).
+        self.deliveries: DeliveryRecorder | None = None
+        self.delivered: dict[str, Any] = not_measured(NOT_MEASURED_NO_PROXY)
 
     # --- services
     def start(self, placeholders: Mapping[str, str]) -> None:
         """Start every service and wait until each is ready (ApplicationError naming the one that is not)."""
         self.placeholders = {k: str(v) for k, v in placeholders.items()}
         self.fleet.start(self.placeholders)
+
+    def record_deliveries(self, cluster: Any, topic: str, topic_id: str | None = None) -> None:
+        """With fault proxies in front of the brokers: turn their delivery logs on (before the services start,
+        so the consumers' first fetches are seen). Without: the measure stays "not measured (no proxy)"."""
+        if cluster is None or not cluster.has_proxy:
+            return
+        self.deliveries = DeliveryRecorder(cluster, topic, topic_id)
+        self.deliveries.start()
+        self.delivered = not_measured(NOT_READ)
+
+    def measure_deliveries(self, sends: pa.Table, reads: pa.Table | None, audit_value_ids: set[int]) -> None:
+        """Once the services are stopped: read the proxies' logs, write `delivered.parquet` and compare the
+        events accepted, delivered and processed (`run/delivered.py`); a failure leaves the measure "not
+        measured" with its reason, never fails the run."""
+        if self.deliveries is None:
+            return
+        try:
+            decoder = EventDecoder(self.section.identity, self.index)
+            self.delivered = measure(self.run_dir, self.deliveries, decoder, sends,
+                                     reads if self.section.processed is not None else None, audit_value_ids,
+                                     self.index)
+        except Exception as e:  # noqa: BLE001 - a passive measure: the run's verdict does not depend on it
+            log.exception("the delivery logs could not be measured")
+            self.delivered = not_measured(f"not measured (reading the proxies' delivery logs failed: {e})")
 
     @property
     def fault_fleet(self) -> "PollingFleet":
@@ -274,6 +303,7 @@ class AppRun:
                 if processed.source == "http" else
                 {"topic": processed.topic} if processed.source == "topic" else {"query": processed.query})},
             "decode": {iso: d.counts.as_dict() for iso, d in self.decoders.items()},
+            "delivered": self.delivered,
             "not_applicable": not_applicable(processed.source if processed else None,
                                              read_offsets=processed is not None and processed.read_offsets),
         }

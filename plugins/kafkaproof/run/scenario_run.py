@@ -392,6 +392,8 @@ class ScenarioRun:
                 self.audit_rows += rows
                 self.app_reads = app.reads(self.direct_bootstrap, data["drain"]["timeout_s"],
                                            self.cluster.direct_client_config())
+                app.measure_deliveries(app.sends(), self.app_reads,
+                                       {r["value_id"] for r in self.audit_rows if r["value_id"] >= 0})
             for iso in () if app else ("read_uncommitted", "read_committed"):
                 rows, marks = drain(self.direct_bootstrap, topic, iso, data["drain"]["timeout_s"],
                                     self.cluster.direct_client_config())
@@ -420,6 +422,8 @@ class ScenarioRun:
         self.app = app
         stack.callback(self._stop_application)
         self.manifest["clients"] = app.clients()
+        app.record_deliveries(self.cluster, self.scenario.topic,
+                              (self.manifest.get("topic_description") or {}).get("topic_id"))
         with self.phase("services"):
             app.start({"bootstrap": self.bootstrap, "topic": self.scenario.topic,
                        "group": self.scenario.data["consumers"].get("group") or f"kp-{self.scenario.name}",

@@ -141,6 +141,25 @@ TABLES: dict[str, pa.Schema] = {
 # Tables that runs written before they existed lack: read as empty.
 OPTIONAL_TABLES = ("proxy_events",)
 
+# What the fault proxies handed the application's consumers in Fetch answers (an application run through
+# proxies, `run/delivered.py`): one row per record handed over, repeats included.
+DELIVERED = pa.schema([
+    ("broker", pa.int32()),         # the broker whose proxy handed it over
+    ("conn", pa.int64()),           # the proxy's connection id (one per client connection)
+    ("client_id", pa.string()),     # the client id of the Fetch request
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp_ms", pa.int64()),   # the record's own timestamp
+    ("delivered_ms", pa.int64()),   # wall clock (epoch ms) when the proxy wrote the answer to the client
+    ("event_id", pa.string()),      # the application's identity of the record; null when unreadable
+    ("value_id", pa.int64()),       # the run's value id of that event; -1 when not one of the run's events
+])
+
+# Tables of a run directory beside the analysis' inputs (`TABLES`): the Spark job does not read them, and
+# a run without them (e.g. no proxies) reads them as empty.
+SIDE_TABLES: dict[str, pa.Schema] = {"delivered": DELIVERED}
+
 SEND_OUTCOMES = ("ok", "fail", "indefinite")
 MANIFEST = "manifest.json"
 
@@ -176,16 +195,23 @@ def decode_value_id(payload: bytes | None, run_id: str | None = None) -> int:
         return -1
 
 
+def schema_of(name: str) -> pa.Schema:
+    """The schema of ledger table `name` (an analysis input or a side table)."""
+    schema = TABLES.get(name) or SIDE_TABLES.get(name)
+    if schema is None:
+        raise LedgerError(f"unknown ledger table {name!r}; known: {', '.join([*TABLES, *SIDE_TABLES])}")
+    return schema
+
+
 def table_path(run_dir: Path, name: str) -> Path:
     """Path of ledger table `name` inside a run directory."""
-    if name not in TABLES:
-        raise LedgerError(f"unknown ledger table {name!r}; known: {', '.join(TABLES)}")
+    schema_of(name)
     return Path(run_dir) / f"{name}.parquet"
 
 
 def write_table(run_dir: Path, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
     """Write `rows` (dicts keyed by column) as ledger table `name`; returns the row count."""
-    schema = TABLES[name]
+    schema = schema_of(name)
     rows = list(rows)
     columns = {f.name: [r.get(f.name) for r in rows] for f in schema}
     table = pa.Table.from_pydict(columns, schema=schema)
@@ -197,7 +223,8 @@ def write_arrow(run_dir: Path, name: str, table: pa.Table) -> None:
     """Write an Arrow table as ledger table `name`, cast to the contract schema."""
     path = table_path(run_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = table.select([f.name for f in TABLES[name]]).cast(TABLES[name])
+    schema = schema_of(name)
+    table = table.select([f.name for f in schema]).cast(schema)
     tmp = path.with_suffix(".parquet.tmp")
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
@@ -207,10 +234,10 @@ def read_table(run_dir: Path, name: str) -> pa.Table:
     """Read ledger table `name`; raises LedgerError naming the file when missing."""
     path = table_path(run_dir, name)
     if not path.exists():
-        if name in OPTIONAL_TABLES:
-            return TABLES[name].empty_table()
+        if name in OPTIONAL_TABLES or name in SIDE_TABLES:
+            return schema_of(name).empty_table()
         raise LedgerError(f"{path}: ledger table missing (was the run interrupted?)")
-    return pq.read_table(path, schema=TABLES[name])
+    return pq.read_table(path, schema=schema_of(name))
 
 
 def write_manifest(run_dir: Path, manifest: Mapping[str, Any]) -> None:

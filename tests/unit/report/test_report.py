@@ -368,10 +368,13 @@ def test_an_application_runs_view_leads_its_row_on_the_batch_and_upgrade_pages(t
     runs = tmp_path / "runs"
     app_run, other = make_run(runs, "app-e6-20261122T020000Z-0001"), make_run(runs, "b-20261122T020000Z-0001")
     m = json.loads((app_run / "manifest.json").read_text())
-    m["application"] = {"requests": {"accepted": 500, "rejected": 0, "indefinite": 0}, "processed": None}
+    m["application"] = {"requests": {"accepted": 500, "rejected": 0, "indefinite": 0}, "processed": None,
+                        "delivered": {"measured": False, "reason": "not measured (no proxy)"}}
     (app_run / "manifest.json").write_text(json.dumps(m))
     lead = run_page.application_lead(app_run)
     assert lead.startswith("500 events accepted, ") and "accepted but never in Kafka, first at " in lead
+    verdict = text_of(section(run_page.write_run_report(app_run, history_url=history_url).read_text(), "verdict"))
+    assert lead in verdict and "Delivered to the consumer group: not measured (no proxy)." in verdict
     assert run_page.application_lead(other) is None  # not an application's run
     # the batch page shows the lead under the scenario's name, as the run page leads with it
     summaries = [summary("app-e6", "pass", app_run, application=lead), summary("b", "pass", other)]

@@ -118,6 +118,8 @@ def plan_containers(section: ApplicationSection, where: str,
             images[service.name] = build_image(definition.build, service.name, f"{file_at}.build") \
                 if definition.build else _local_image(definition.image, f"{file_at}.image")
             sources[service.name] = definition.source()
+            for note in definition.notes:
+                log.info("%s: %s", file_at, note)
         elif service.image == EXAMPLE_APP_IMAGE:
             images[service.name] = build_example()
         elif service.image is not None:

@@ -318,7 +318,8 @@ class ServiceSection:
     """One service of the application: its command line (`argv`, placeholders not yet substituted), its
     working directory (absolute), extra environment, instance count and exactly one readiness check.
     With `image` (the compose backend) it is a container of that image: `argv` then overrides the image's
-    command (empty: the image's own) and `port` is the port it listens on inside the container."""
+    command (empty: the image's own) and `port` is the port it listens on inside the container; with `compose`
+    the same once run/app_containers.py's `plan_containers` applied the compose file's definition."""
     name: str
     argv: tuple[str, ...]
     cwd: str | None

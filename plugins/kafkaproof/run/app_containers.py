@@ -15,24 +15,33 @@ cluster's network, after the cluster is ready:
   and the run's (`io.kafkaproof.app-run=<run_id>`), which `stop_all` sweeps. Its output is saved to
   `<run_dir>/services/<name>-<i>.log` before it is removed (and whenever a readiness check fails).
 
+A `compose_service:` (a service of the user's compose file, spec/compose_service.py) runs the same way:
+`plan_containers` reads its definition, lays it under the scenario's service (command, environment,
+port, entrypoint, working directory, user) and builds its image when it has `build:` (`build_image`:
+`docker build` of its context, tagged `kafkaproof/app-<service>:<content hash>`, so an unchanged context is
+not built again); `docker compose` is never run on the user's file.
+
 `ContainerFleet` offers what the `app` fault family asks of a fleet (faults/families/app.py): kill is
 `docker kill`, terminate `docker stop`, a pause `docker pause`, restart `docker kill` + `docker start` and
-wait until ready. `resolve_images` checks the images before the cluster starts: `{example_app}` is the
+wait until ready. `plan_containers` checks the images before the cluster starts: `{example_app}` is the
 example application's image, built locally from the cache's jars (`example_image`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..cluster import docker_engine as de
 from ..errors import ApplicationError, ClusterError, ScenarioError
 from ..spec.application import EXAMPLE_APP_IMAGE, ApplicationSection, ServiceSection, fill_placeholders
+from ..spec.compose_service import ComposeBuild, apply_compose, load_compose_service
 from . import example_app
 from .services import FleetBase, http_ready, tail_of
 
@@ -40,7 +49,10 @@ log = logging.getLogger(__name__)
 
 RUN_LABEL = "io.kafkaproof.app-run"
 SERVICE_LABEL = "io.kafkaproof.app-service"
+HASH_LABEL = "io.kafkaproof.content-hash"  # as scripts/docker-image.sh labels what it builds
 EXAMPLE_IMAGE_REPOSITORY = "kafkaproof/signup-app"
+BUILT_REPOSITORY = "kafkaproof/app-"  # + the scenario's service name: images built from a compose `build:`
+BUILD_TIMEOUT_S = 1800.0
 POLL_S = 0.25
 
 
@@ -82,22 +94,81 @@ def example_image() -> str:
     return de.ensure_app_image(home, f"{EXAMPLE_IMAGE_REPOSITORY}:{home.name[:40]}")
 
 
-def resolve_images(section: ApplicationSection, where: str,
-                   build_example: Callable[[], str] = example_image) -> dict[str, str]:
-    """Service name -> its image, checked on the engine before the cluster starts (`{example_app}` built
-    first); ScenarioError naming the field when an image is not there. Empty without image services."""
-    images: dict[str, str] = {}
+@dataclass(frozen=True)
+class ContainerPlan:
+    """What the run's containers are, checked before the cluster starts: each container service as it runs
+    (a compose definition applied), its image, and where a compose service came from (for the manifest)."""
+    services: tuple[ServiceSection, ...]
+    images: dict[str, str]
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def plan_containers(section: ApplicationSection, where: str,
+                    build_example: Callable[[], str] = example_image) -> ContainerPlan:
+    """The container services with their images, before the cluster starts: `{example_app}` built, a
+    compose service's definition read and applied and its `build:` built, every other image checked on the
+    engine (nothing is pulled). ScenarioError naming the field otherwise. Empty without container services."""
+    services, images, sources = [], {}, {}
     for i, service in enumerate(section.services):
-        if service.image is None:
-            continue
-        if service.image == EXAMPLE_APP_IMAGE:
+        at = f"{where}.services[{i}]"
+        if service.compose is not None:
+            definition = load_compose_service(service.compose, f"{at}.compose_service")
+            service = apply_compose(service, definition, at)
+            file_at = f"{at}.compose_service: {definition.ref.file}: services.{definition.ref.service}"
+            images[service.name] = build_image(definition.build, service.name, f"{file_at}.build") \
+                if definition.build else _local_image(definition.image, f"{file_at}.image")
+            sources[service.name] = definition.source()
+            for note in definition.notes:
+                log.info("%s: %s", file_at, note)
+        elif service.image == EXAMPLE_APP_IMAGE:
             images[service.name] = build_example()
+        elif service.image is not None:
+            images[service.name] = _local_image(service.image, f"{at}.image")
+        else:
             continue
-        if de.docker("image", "inspect", service.image, check=False).returncode != 0:
-            raise ScenarioError(f"{where}.services[{i}].image: no image {service.image} on the Docker engine "
-                                f"{de.engine_url()}; build or load it there first (no registry is pulled from)")
-        images[service.name] = service.image
-    return images
+        services.append(service)
+    return ContainerPlan(tuple(services), images, sources)
+
+
+def _local_image(image: str, at: str) -> str:
+    if de.docker("image", "inspect", image, check=False).returncode != 0:
+        raise ScenarioError(f"{at}: no image {image} on the Docker engine {de.engine_url()}; build or load it "
+                            f"there first (no registry is pulled from)")
+    return image
+
+
+def build_hash(build: ComposeBuild) -> str:
+    """A short hash of everything the build reads: every file of the context (but `.git`), the Dockerfile,
+    the build arguments and target. (A changed base image alone does not change it.)"""
+    h = hashlib.sha256(json.dumps([build.dockerfile, sorted(build.args.items()), build.target]).encode())
+    h.update(Path(build.dockerfile).read_bytes())
+    for dirpath, dirnames, filenames in os.walk(build.context):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_file():
+                h.update(str(path.relative_to(build.context)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def build_image(build: ComposeBuild, service: str, at: str) -> str:
+    """`docker build` of a compose service's `build:` on the engine, tagged `kafkaproof/app-<service>:<hash>`
+    and labelled with its content hash: reused while the context, Dockerfile, args and target are unchanged.
+    ScenarioError with the end of the build's output when it fails."""
+    digest = build_hash(build)
+    tag = f"{BUILT_REPOSITORY}{service}:{digest}"
+    label = de.docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{HASH_LABEL}" }}}}', tag, check=False)
+    if label.returncode == 0 and label.stdout.strip() == digest:
+        return tag
+    cmd = ["build", "--label", f"{HASH_LABEL}={digest}", "-t", tag, "-f", build.dockerfile]
+    cmd += [a for k, v in build.args.items() for a in ("--build-arg", f"{k}={v}")]
+    cmd += ["--target", build.target] if build.target else []
+    started = time.monotonic()
+    proc = de.docker(*cmd, build.context, check=False, timeout=BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise ScenarioError(f"{at}: `docker build` of {build.context} failed:\n{tail_of(proc.stdout + proc.stderr)}")
+    log.info("built %s from %s in %.1f s", tag, build.context, time.monotonic() - started)
+    return tag
 
 
 @dataclass
@@ -136,9 +207,12 @@ class ContainerFleet(FleetBase):
     each container the in-network `{bootstrap}` and its container `{port}`."""
 
     def __init__(self, specs: list[ServiceSection], images: Mapping[str, str], run_dir: Path, run_id: str,
-                 target: ContainerTarget, grace_s: float = 5.0):
+                 target: ContainerTarget, grace_s: float = 5.0, sources: Mapping[str, dict] | None = None):
+        """`specs` as they run (a compose definition applied: `plan_containers`); `sources`: where compose
+        services came from, for the manifest."""
         super().__init__(specs, run_dir)
         self.images, self.run_id, self.target, self.grace_s = dict(images), run_id, target, grace_s
+        self.sources = dict(sources or {})
         self.image_ids: dict[str, str] = {}
 
     def _prepare(self, spec: ServiceSection) -> None:
@@ -159,8 +233,13 @@ class ContainerFleet(FleetBase):
                "--network-alias", f"{spec.name}-{inst.index}", "-p", f"127.0.0.1:{inst.port}:{spec.port}"]
         cmd += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
         cmd += [a for k, v in spec.env.items() for a in ("-e", f"{k}={fill_placeholders(v, inst.values)}")]
+        cmd += [a for flag, v in (("--workdir", spec.workdir), ("--user", spec.user)) if v for a in (flag, v)]
+        argv = inst.argv
+        if spec.entrypoint is not None:  # as Compose: the first word replaces the image's, the rest lead the command
+            cmd += ["--entrypoint", spec.entrypoint[0] if spec.entrypoint else ""]
+            argv = [fill_placeholders(a, inst.values) for a in spec.entrypoint[1:]] + argv
         try:
-            de.docker(*cmd, self.images[spec.name], *inst.argv, timeout=120)
+            de.docker(*cmd, self.images[spec.name], *argv, timeout=120)
         except ClusterError as e:
             raise ApplicationError(f"{inst.label} could not start from {self.images[spec.name]}: {e}") from None
         inst.since, inst.started = None, time.monotonic()
@@ -273,6 +352,9 @@ class ContainerFleet(FleetBase):
             de.docker("rm", "-f", *swept, check=False, timeout=120)
 
     def manifest(self) -> dict[str, Any]:
-        """The images the services ran (reference and id) and the in-network bootstrap they were given."""
-        return {"images": {name: {"image": self.images[name], "id": self.image_ids.get(name)} for name in self.images},
+        """The images the services ran (reference and id; a compose service's file, service, build and notes)
+        and the in-network bootstrap they were given."""
+        return {"images": {name: {"image": self.images[name], "id": self.image_ids.get(name),
+                                  **({"compose": self.sources[name]} if name in self.sources else {})}
+                           for name in self.images},
                 "network": self.target.network, "bootstrap": self.target.bootstrap}

@@ -37,7 +37,7 @@ from ..spec.client_versions import to_manifest
 from ..spec.connection import redacted
 from ..spec.application import check_application_host
 from ..spec.fault_families import family_of
-from .app_containers import ContainerFleet, container_target, resolve_images
+from .app_containers import ContainerFleet, ContainerPlan, container_target, plan_containers
 from .app_run import AppRun
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
@@ -131,7 +131,7 @@ class ScenarioRun:
         self.control = RunControl(options.control) if options.control else None
         self.sampler: SnapshotSampler | None = None
         self.node_log_start: dict[int, int] = {}  # where this run's lines begin in each node's server.log
-        self.app_images: dict[str, str] | None = None  # service -> image, for image services
+        self.app_plan: ContainerPlan | None = None  # the container services and their images
         self.app: AppRun | None = None  # the application under test (issue 39), once its section is checked
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
@@ -246,11 +246,11 @@ class ScenarioRun:
     def _check_images(self) -> None:
         """The application's container images, checked (the example's built) before the cluster starts."""
         section = self.scenario.application
-        if section is not None and any(s.image for s in section.services):
+        if section is not None and any(s.container for s in section.services):
             with self.phase("images"):
                 if self.cluster is None:  # else the engine the cluster runs on is bound already
                     de.ensure_engine()
-                self.app_images = resolve_images(section, f"{self.scenario.path}: application")
+                self.app_plan = plan_containers(section, f"{self.scenario.path}: application")
 
     def _refuse_unsupported(self, supported: frozenset[str], backend: str) -> None:
         """The timeline's faults the backend cannot inject, refused before anything starts."""
@@ -412,11 +412,13 @@ class ScenarioRun:
         check_application_host(section, where)
         clock = self.manifest["clock"]
         fleet = None
-        if any(s.image for s in section.services):
+        if any(s.container for s in section.services):
             target = container_target(self.cluster)  # a compose cluster's network, or an error
-            if self.app_images is None:  # an attached cluster: checked now
+            if self.app_plan is None:  # an attached cluster: checked now
                 self._check_images()
-            fleet = ContainerFleet(list(section.services), self.app_images, self.run_dir, self.run_id, target)
+            plan = self.app_plan
+            fleet = ContainerFleet(list(plan.services), plan.images, self.run_dir, self.run_id, target,
+                                   sources=plan.sources)
         app = AppRun(section, self.run_dir, self.run_id, where, cluster=self.cluster.name if self.cluster else None,
                      clock_offset_ns=clock["wall_origin_ns"] - clock["monotonic_origin_ns"], fleet=fleet)
         self.app = app

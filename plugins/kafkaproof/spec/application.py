@@ -16,11 +16,13 @@ do not drive it yet.
   identity of an event, how to see what was processed) into an `ApplicationSection`;
   `check_application_host` checks that what it names exists on this host (cwd, commands) and that a fixed
   readiness port is free.
-- A service is a command (a process on this host) or, with the compose backend, an `image` (a container on
-  the cluster's network, its `port` published on a loopback port); `check_application_backend` refuses an
-  image on another backend. A `compose_service` is refused: not supported yet.
+- A service is a command (a process on this host) or, with the compose backend, a container on the cluster's
+  network (its `port` published on a loopback port): an `image`, or a `compose_service`, a service of the
+  user's compose file (spec/compose_service.py reads it); `check_application_backend` refuses a container
+  on another backend.
 
-Pure: no I/O, except `check_application_host` (it looks at the filesystem, PATH and a fixed port).
+Pure: no I/O, except `check_application_host` (it looks at the filesystem, PATH, a fixed port and reads
+a `compose_service`'s compose file).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ScenarioError
+from .compose_service import ComposeRef, apply_compose, load_compose_service, parse_compose_ref, scenario_path
 
 IDENTITY_KINDS = ("json_pointer", "header", "key", "regex")
 ACCEPTED, REJECTED, INDEFINITE = "accepted", "rejected", "indefinite"
@@ -315,7 +318,8 @@ class ServiceSection:
     """One service of the application: its command line (`argv`, placeholders not yet substituted), its
     working directory (absolute), extra environment, instance count and exactly one readiness check.
     With `image` (the compose backend) it is a container of that image: `argv` then overrides the image's
-    command (empty: the image's own) and `port` is the port it listens on inside the container."""
+    command (empty: the image's own) and `port` is the port it listens on inside the container; with `compose`
+    the same once run/app_containers.py's `plan_containers` applied the compose file's definition."""
     name: str
     argv: tuple[str, ...]
     cwd: str | None
@@ -326,6 +330,15 @@ class ServiceSection:
     ready_timeout_s: float
     image: str | None = None
     port: int | None = None
+    compose: ComposeRef | None = None  # `compose_service`: spec/compose_service.py applies its definition
+    entrypoint: tuple[str, ...] | None = None  # these three from a compose definition only
+    workdir: str | None = None
+    user: str | None = None
+
+    @property
+    def container(self) -> bool:
+        """Whether it runs as a container of the compose backend (`image` or `compose_service`)."""
+        return self.image is not None or self.compose is not None
 
 
 @dataclass(frozen=True)
@@ -443,39 +456,36 @@ def _url(text: Any, field_name: str, allowed: tuple[str, ...], pattern: re.Patte
     return url
 
 
-def _absolute(cwd: str, base_dir: Path | None) -> str:
-    """Pure path arithmetic: `cwd` against the scenario's directory (the current one without it)."""
-    return os.path.normpath(os.path.join(os.path.abspath(base_dir if base_dir is not None else "."),
-                                         os.path.expanduser(cwd)))
-
-
-def _parse_image(data: Mapping, where: str) -> tuple[str | None, int | None]:
-    """The service's `image` and container `port` (None, None for a command service); ScenarioError naming
-    the field. `compose_service` is refused: not supported yet."""
-    if "compose_service" in data:
-        raise ScenarioError(f"{where}.compose_service: a service of a compose file is not supported yet; with "
-                            f"the compose backend give image: (a locally built image) and port:, or command:")
-    if "image" not in data:
+def _parse_image(data: Mapping, where: str, base_dir: Path | None) -> tuple[str | None, int | None, ComposeRef | None]:
+    """The service's `image` or `compose_service` and container `port` (all None for a command service);
+    ScenarioError naming the field."""
+    kinds = [k for k in ("image", "compose_service") if k in data]
+    if not kinds:
         if "command" not in data:
             raise ScenarioError(f"{where}: give command (a process on this host) or, with cluster.backend: compose, "
-                                f"image (a container)")
+                                f"image (a container) or compose_service (a service of your compose file)")
         if "port" in data:
-            raise ScenarioError(f"{where}.port: only an image service takes it (a command service gets a free "
+            raise ScenarioError(f"{where}.port: only a container service takes it (a command service gets a free "
                                 f"{{port}} of its own)")
-        return None, None
+        return None, None, None
+    if len(kinds) > 1:
+        raise ScenarioError(f"{where}.compose_service: give image or compose_service, not both")
     if "cwd" in data:
-        raise ScenarioError(f"{where}.cwd: an image service runs in its container's working directory; remove cwd")
-    image = data["image"]
-    if not isinstance(image, str) or not (image == EXAMPLE_APP_IMAGE or IMAGE_REF.fullmatch(image)):
-        raise ScenarioError(f"{where}.image: {image!r} is not an image reference; allowed: a local image such as "
-                            f"my-team/signup:1.4, or {EXAMPLE_APP_IMAGE} (the example application's image)")
-    if "port" not in data:
-        raise ScenarioError(f"{where}.port: required with image: the port the service listens on inside its "
-                            f"container (published on a loopback port of this host, the {{port}} of URLs)")
-    port = data["port"]
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ScenarioError(f"{where}.cwd: a container service runs in its container's working directory; remove cwd")
+    image = data.get("image")
+    compose = parse_compose_ref(data["compose_service"], f"{where}.compose_service", base_dir) \
+        if kinds[0] == "compose_service" else None
+    if compose is None:
+        if not isinstance(image, str) or not (image == EXAMPLE_APP_IMAGE or IMAGE_REF.fullmatch(image)):
+            raise ScenarioError(f"{where}.image: {image!r} is not an image reference; allowed: a local image such "
+                                f"as my-team/signup:1.4, or {EXAMPLE_APP_IMAGE} (the example application's image)")
+        if "port" not in data:
+            raise ScenarioError(f"{where}.port: required with image: the port the service listens on inside its "
+                                f"container (published on a loopback port of this host, the {{port}} of URLs)")
+    port = data.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
         raise ScenarioError(f"{where}.port: must be an integer 1..65535; got {port!r}")
-    return image, port
+    return image, port, compose
 
 
 def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSection:
@@ -484,15 +494,15 @@ def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSecti
     if not isinstance(name, str) or not SERVICE_NAME.fullmatch(name):
         raise ScenarioError(f"{where}.name: {name!r} is not a service name; allowed: lowercase letters, digits "
                             f"and '-', starting with a letter or digit, at most 63 characters")
-    image, port = _parse_image(data, where)
+    image, port, compose = _parse_image(data, where, base_dir)
     command = data.get("command", [])
-    if not isinstance(command, list) or not (command or image) or not all(isinstance(a, str) and a for a in command):
+    if not isinstance(command, list) or not (command or image or compose) or not all(isinstance(a, str) and a for a in command):
         raise ScenarioError(f"{where}.command: must be a non-empty list of non-empty strings (quote numbers), "
                             f"e.g. [java, -jar, app.jar]; got {command!r}")
     argv = tuple(_template(a, f"{where}.command[{i}]", SERVICE_PLACEHOLDERS, SERVICE_PLACEHOLDER)
                  for i, a in enumerate(command))
     jar = next((i for i, a in enumerate(argv) if "{example_app:" in a), None)
-    if image is not None and jar is not None:
+    if (image or compose) and jar is not None:
         raise ScenarioError(f"{where}.command[{jar}]: {{example_app:<service>}} is a jar on this host; in the "
                             f"container of image {EXAMPLE_APP_IMAGE} the jars are /app/<service>.jar")
     cwd = data.get("cwd")
@@ -525,9 +535,9 @@ def _parse_service(data: Any, where: str, base_dir: Path | None) -> ServiceSecti
             re.compile(ready_log)
         except re.error as e:
             raise ScenarioError(f"{where}.ready.log: {ready_log!r} is not a regular expression: {e}") from None
-    return ServiceSection(name, argv, _absolute(cwd, base_dir) if cwd is not None else None, checked_env, instances,
+    return ServiceSection(name, argv, scenario_path(cwd, base_dir) if cwd is not None else None, checked_env, instances,
                           ready_url, ready_log, _number(data, "ready_timeout_s", where, DEFAULT_READY_TIMEOUT_S),
-                          image, port)
+                          image, port, compose)
 
 
 def fixed_port(url: str | None) -> int | None:
@@ -549,7 +559,7 @@ def _check_fixed_ports(services: tuple[ServiceSection, ...], where: str) -> None
     only; ScenarioError naming the field otherwise (containers publish a free host port each)."""
     owners: dict[int, int] = {}
     for i, service in enumerate(services):
-        port = fixed_port(service.ready_url) if service.image is None else None
+        port = fixed_port(service.ready_url) if not service.container else None
         if port is None:
             continue
         at = f"{where}.services[{i}].ready.http"
@@ -670,11 +680,12 @@ def parse_application(data: Any, where: str, base_dir: Path | None) -> Applicati
             raise ScenarioError(f"{where}.services[{i}].name: {name!r} is already the name of "
                                 f"services[{names.index(name)}]; service names must be unique")
     _check_fixed_ports(services, where)
-    kinds = {s.image is not None for s in services}
+    kinds = {s.container for s in services}
     if len(kinds) > 1:
-        first = next(i for i, s in enumerate(services) if s.image is not None)
-        raise ScenarioError(f"{where}.services[{first}].image: mixing image and command services in one application "
-                            f"is not supported; run every service as a container (image:) or as a process (command:)")
+        first = next(i for i, s in enumerate(services) if s.container)
+        field_name = "image" if services[first].image is not None else "compose_service"
+        raise ScenarioError(f"{where}.services[{first}].{field_name}: mixing container and command services is not "
+                            f"supported; run every service as a container (image:, compose_service:) or a process")
     identity = parse_identity(data["identity"], f"{where}.identity")
     processed = data.get("processed")
     return ApplicationSection(services, _parse_drive(data["drive"], f"{where}.drive", names), identity,
@@ -683,15 +694,16 @@ def parse_application(data: Any, where: str, base_dir: Path | None) -> Applicati
 
 
 def check_application_backend(data: Mapping[str, Any], backend: str, proxy: bool, where: str) -> None:
-    """Pure, on the raw `application` section (schema-checked): image services need the compose backend
+    """Pure, on the raw `application` section (schema-checked): container services need the compose backend
     without the fault proxy (their clients reach the brokers inside the cluster's network); ScenarioError
     naming the field and what is allowed otherwise."""
     for i, service in enumerate(data.get("services") or ()):
-        if not isinstance(service, Mapping) or "image" not in service:
+        kind = next((k for k in ("image", "compose_service") if isinstance(service, Mapping) and k in service), None)
+        if kind is None:
             continue
-        at = f"{where}.services[{i}].image"
+        at = f"{where}.services[{i}].{kind}"
         if backend != "compose":
-            raise ScenarioError(f"{at}: a container image needs cluster.backend: compose (the {backend} backend runs "
+            raise ScenarioError(f"{at}: a container service needs cluster.backend: compose (the {backend} backend runs "
                                 f"services as processes on this host: give command instead)")
         if proxy:
             raise ScenarioError(f"{at}: containers reach the brokers inside the cluster's network, which the fault "
@@ -700,12 +712,15 @@ def check_application_backend(data: Mapping[str, Any], backend: str, proxy: bool
 
 
 def check_application_host(section: ApplicationSection, where: str) -> None:
-    """What the services need on this host: each `cwd` an existing directory, each command an executable
+    """What the services need on this host: a compose service's file, service and build context readable and
+    supported (spec/compose_service.py); each `cwd` an existing directory, each command an executable
     (command[0] with a '/' relative to the cwd, else found on PATH, the service's own `env` PATH if it sets
     one); a command[0] with a placeholder is left to the run. ScenarioError naming the field otherwise."""
     for i, service in enumerate(section.services):
         at = f"{where}.services[{i}]"
-        if service.image is not None:
+        if service.compose is not None:  # the compose file, its service, env files and build context
+            apply_compose(service, load_compose_service(service.compose, f"{at}.compose_service"), at)
+        if service.container:
             continue  # its command runs in the container: the engine checks the image (run/app_containers.py)
         if service.cwd is not None and not os.path.isdir(service.cwd):
             raise ScenarioError(f"{at}.cwd: {service.cwd} is not a directory (a relative cwd starts at the "
@@ -758,8 +773,10 @@ SCHEMA: dict[str, Any] = {
                                            "{bootstrap}, {topic}, {group}, {run_id}"},
                 "image": {"type": "string", "description": "compose backend: a local image, or {example_app}"},
                 "port": {"type": "integer", "minimum": 1, "maximum": 65535,
-                         "description": "with image: the port it listens on in its container"},
-                "compose_service": {"description": "not supported yet"},
+                         "description": "with image or compose_service: the port it listens on in its container"},
+                "compose_service": {"type": "object", "additionalProperties": False, "required": ["file", "service"],
+                                    "properties": {"file": _STR, "service": _STR}, "description": "compose backend: "
+                                    "a service of your compose file (relative to the scenario file)"},
                 "cwd": {"type": "string", "description": "relative to the scenario file's directory"},
                 "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
                 "instances": {"type": "integer", "minimum": 1, "maximum": MAX_INSTANCES},

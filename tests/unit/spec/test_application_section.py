@@ -391,9 +391,9 @@ def test_an_image_service_is_read_with_its_port_and_an_optional_command():
                                 "a local image such as my-team/signup:1.4, or {example_app}"),
     ({"port": None}, "application.services[0].port: required with image: the port the service listens on inside"),
     ({"port": 70000}, "application.services[0].port: must be an integer 1..65535; got 70000"),
-    ({"cwd": "app"}, "application.services[0].cwd: an image service runs in its container's working directory"),
-    ({"compose_service": "signup"}, "application.services[0].compose_service: a service of a compose file is not "
-                                    "supported yet; with the compose backend give image:"),
+    ({"cwd": "app"}, "application.services[0].cwd: a container service runs in its container's working directory"),
+    ({"compose_service": {"file": "c.yml", "service": "s"}},
+     "application.services[0].compose_service: give image or compose_service, not both"),
     ({"command": ["java", "-jar", "{example_app:signup-service}"]},
      "application.services[0].command[2]: {example_app:<service>} is a jar on this host; in the container of image "
      "{example_app} the jars are /app/<service>.jar"),
@@ -412,16 +412,16 @@ def test_an_image_service_is_refused_naming_the_field(service, message):
 def test_a_command_service_takes_no_port_and_services_are_all_images_or_all_commands():
     data = section()
     data["services"][1]["port"] = 8080
-    with pytest.raises(ScenarioError, match=r"services\[1\].port: only an image service takes it"):
+    with pytest.raises(ScenarioError, match=r"services\[1\].port: only a container service takes it"):
         parse(data)
     data = _image_section()
     data["services"][1] = section()["services"][1]
-    with pytest.raises(ScenarioError, match=r"services\[0\].image: mixing image and command services"):
+    with pytest.raises(ScenarioError, match=r"services\[0\].image: mixing container and command services"):
         parse(data)
 
 
 @pytest.mark.parametrize("cluster, message", [
-    ({}, "application.services[0].image: a container image needs cluster.backend: compose (the local backend runs "
+    ({}, "application.services[0].image: a container service needs cluster.backend: compose (the local backend runs "
          "services as processes on this host: give command instead)"),
     ({"backend": "compose", "proxy": True}, "application.services[0].image: containers reach the brokers inside the "
                                             "cluster's network, which the fault proxy"),

@@ -367,8 +367,9 @@ def write_audit(audit: dict[str, Any], out: Path) -> AuditResult:
     """Write audit.json and audit.html into `out`; the result with the lines the CLI prints."""
     from .report.audit_page import write_audit_page
     out.mkdir(parents=True, exist_ok=True)
+    audit = json.loads(json.dumps(audit, default=str))  # what the file holds, also in the result (lists, not tuples)
     json_path = out / "audit.json"
-    json_path.write_text(json.dumps(audit, indent=2, default=str) + "\n")
+    json_path.write_text(json.dumps(audit, indent=2) + "\n")
     html_path = write_audit_page(audit, out)
     return AuditResult(audit, json_path, Path(html_path), audit["verdict"], audit_lines(audit, Path(html_path)))
 

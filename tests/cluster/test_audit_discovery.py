@@ -13,11 +13,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 from kafkaproof import cli
 from kafkaproof.spec.inventory import ClusterInventory
+from support import describe_everything
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -32,29 +33,6 @@ spring:
       group-id: billing
       listener-thing: x
 """
-
-
-def describe_everything(admin: AdminClient) -> bytes:
-    """What the audit must not change, as JSON bytes: topics and partitions, every topic's and broker's
-    config (value, source), every group (state, members, assignor) and its committed offsets."""
-    md = admin.list_topics(timeout=15)
-    topics = {t: {p: (m.replicas, sorted(m.isrs)) for p, m in sorted(md.topics[t].partitions.items())}
-              for t in sorted(md.topics)}
-    resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(md.topics)]
-    configs = {r.name: {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
-               for r, f in admin.describe_configs(resources).items()}
-    for b in sorted(md.brokers):
-        for r, f in admin.describe_configs([ConfigResource(ResourceType.BROKER, str(b))]).items():
-            configs[f"broker:{b}"] = {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
-    ids = sorted(g.group_id for g in admin.list_consumer_groups().result(30).valid)
-    groups = {}
-    for g, f in (admin.describe_consumer_groups(ids).items() if ids else []):
-        d = f.result(30)
-        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])
-        committed = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets[g].result(30).topic_partitions)
-        groups[g] = {"state": str(d.state), "assignor": d.partition_assignor, "committed": committed,
-                     "members": sorted((m.member_id, m.client_id) for m in d.members)}
-    return json.dumps({"topics": topics, "configs": configs, "groups": groups}, sort_keys=True, default=str).encode()
 
 
 def test_discovery_reads_topics_settings_groups_and_changes_nothing(make_cluster, tmp_path, capsys):

@@ -249,3 +249,17 @@ def describe_everything(admin) -> bytes:
         groups[g] = {"state": str(d.state), "assignor": d.partition_assignor, "committed": committed,
                      "members": sorted((m.member_id, m.client_id) for m in d.members)}
     return json.dumps({"topics": topics, "configs": configs, "groups": groups}, sort_keys=True, default=str).encode()
+
+
+def audit_topics(cluster, auto: str, safe: str, compacted: str) -> None:
+    """The issue-40 cluster's topics on `cluster`: `safe` RF 3 / min ISR 2, `compacted` RF 3 compacted, and
+    `auto` created by a producer's first sends with the broker defaults, as in the E6 incident (20 values
+    each to `auto` and, keyed, to `safe`)."""
+    from confluent_kafka import Producer
+    cluster.create_topic(safe, 3, 3, {"min.insync.replicas": 2})
+    cluster.create_topic(compacted, 1, 3, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers(), "acks": "1"})
+    for i in range(20):
+        producer.produce(auto, value=b"x")
+        producer.produce(safe, key=str(i).encode(), value=b"y")
+    assert producer.flush(60) == 0, "the values that create the topics were not delivered"

@@ -13,12 +13,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from kafkaproof import cli
 from kafkaproof.spec.inventory import ClusterInventory
-from support import describe_everything
+from support import audit_topics, describe_everything
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -41,13 +41,7 @@ def test_discovery_reads_topics_settings_groups_and_changes_nothing(make_cluster
     bootstrap = cluster.bootstrap_servers()
     suffix = uuid.uuid4().hex[:6]
     auto, safe, compacted = f"auto-{suffix}", f"safe-{suffix}", f"compacted-{suffix}"
-    cluster.create_topic(safe, 3, 3, {"min.insync.replicas": 2})
-    cluster.create_topic(compacted, 1, 3, {"cleanup.policy": "compact"})
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
-    for i in range(20):  # the first sends create `auto` with the broker defaults, as in the E6 incident
-        producer.produce(auto, value=b"x")
-        producer.produce(safe, key=str(i).encode(), value=b"y")
-    assert producer.flush(60) == 0
+    audit_topics(cluster, auto, safe, compacted)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"billing-{suffix}", "client.id": "billing-app",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([safe])

@@ -16,11 +16,10 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from kafkaproof import cli
-from support import describe_everything
+from support import audit_topics, describe_everything
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long, pytest.mark.timeout(900)]
 
@@ -54,12 +53,7 @@ def test_audit_flags_the_rf1_topic_passes_the_rf3_one_and_proves_the_fix(make_cl
     suffix = uuid.uuid4().hex[:6]
     # names in class order: the auto-created and the RF 3 / min ISR 2 classes are kept, the compacted one joins
     auto, safe, compacted = f"a-orders-{suffix}", f"b-payments-{suffix}", f"c-profiles-{suffix}"
-    cluster.create_topic(safe, 3, 3, {"min.insync.replicas": 2})
-    cluster.create_topic(compacted, 1, 3, {"cleanup.policy": "compact"})
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
-    for _ in range(20):  # the first sends create `auto` with the broker defaults, as in the E6 incident
-        producer.produce(auto, value=b"x")
-    assert producer.flush(60) == 0
+    audit_topics(cluster, auto, safe, compacted)
     spring = tmp_path / "application.yml"
     spring.write_text(SPRING_YML.format(bootstrap=bootstrap))
     admin = AdminClient({"bootstrap.servers": bootstrap})

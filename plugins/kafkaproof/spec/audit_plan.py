@@ -28,7 +28,7 @@ import yaml
 
 from ..errors import ScenarioError
 from .client_settings import ClientSettings
-from .clients import CONSUMER_OWNED, PRODUCER_OWNED, producer_settings
+from .clients import CONSUMER_OWNED, PRODUCER_OWNED
 from .inventory import ClusterInventory, TopicInfo
 from .scenario import MAX_BROKERS, validate_document
 from .versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VERSION, check_version

@@ -320,7 +320,7 @@ def run_audit(request: AuditRequest) -> AuditResult:
     from .spec.scenario import load
     started = time.time()
     aid = audit_id(started)
-    out = Path(request.out)
+    out = Path(request.out).resolve()  # the run directories and reports are then absolute, under it
     request = dataclasses.replace(request, out=out)
     faults = matrix_faults(request.faults)
     bootstrap, connection, settings = read_inputs(request)

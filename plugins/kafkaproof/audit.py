@@ -14,6 +14,7 @@ passes with it; at most `max_fix_tries` candidates per class.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import secrets
@@ -276,7 +277,7 @@ def _search_fixes(plan: AuditPlan, matrix: dict[str, list[dict]], faults: tuple[
         searches[cls.label] = FixSearch(cls.label, failed, tuple(f for f in faults if f not in failed),
                                         class_candidates(plan, cls, failed), request.max_fix_tries)
     by_label = {c.label: c for c in plan.classes}
-    for round_no in range(1, 100):
+    for round_no in itertools.count(1):  # ends: each round uses a candidate or confirms one
         trials = [t for s in searches.values() if (t := next_trial(s))]
         if not trials:
             break

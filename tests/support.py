@@ -223,3 +223,43 @@ class PostgresServer:
     def __exit__(self, *exc) -> None:
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.base / "data"), "-m", "fast", "-w", "stop")
         subprocess.run(["rm", "-rf", str(self.base)], check=False)
+
+
+def describe_everything(admin) -> bytes:
+    """What an audit must not change (`admin`: a confluent_kafka AdminClient), as JSON bytes: topics and
+    partitions, every topic's and broker's config (value, source), every group (state, members, assignor) and
+    its committed offsets."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import ConfigResource, ResourceType
+    md = admin.list_topics(timeout=15)
+    topics = {t: {p: (m.replicas, sorted(m.isrs)) for p, m in sorted(md.topics[t].partitions.items())}
+              for t in sorted(md.topics)}
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(md.topics)]
+    configs = {r.name: {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
+               for r, f in admin.describe_configs(resources).items()}
+    for b in sorted(md.brokers):
+        for r, f in admin.describe_configs([ConfigResource(ResourceType.BROKER, str(b))]).items():
+            configs[f"broker:{b}"] = {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
+    ids = sorted(g.group_id for g in admin.list_consumer_groups().result(30).valid)
+    groups = {}
+    for g, f in (admin.describe_consumer_groups(ids).items() if ids else []):
+        d = f.result(30)
+        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])
+        committed = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets[g].result(30).topic_partitions)
+        groups[g] = {"state": str(d.state), "assignor": d.partition_assignor, "committed": committed,
+                     "members": sorted((m.member_id, m.client_id) for m in d.members)}
+    return json.dumps({"topics": topics, "configs": configs, "groups": groups}, sort_keys=True, default=str).encode()
+
+
+def audit_topics(cluster, auto: str, safe: str, compacted: str) -> None:
+    """The issue-40 cluster's topics on `cluster`: `safe` RF 3 / min ISR 2, `compacted` RF 3 compacted, and
+    `auto` created by a producer's first sends with the broker defaults, as in the E6 incident (20 values
+    each to `auto` and, keyed, to `safe`)."""
+    from confluent_kafka import Producer
+    cluster.create_topic(safe, 3, 3, {"min.insync.replicas": 2})
+    cluster.create_topic(compacted, 1, 3, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers(), "acks": "1"})
+    for i in range(20):
+        producer.produce(auto, value=b"x")
+        producer.produce(safe, key=str(i).encode(), value=b"y")
+    assert producer.flush(60) == 0, "the values that create the topics were not delivered"

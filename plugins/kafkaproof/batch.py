@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import pipeline
@@ -162,23 +163,24 @@ def differences_line(differences: list[str]) -> str:
 
 
 def judge_batch(summaries: list[dict | None], batch_id: str, page: str = "batch",
-                fault_results: list[dict | None] | None = None) -> GateOutcome:
-    """Write the batch's page and gate it: any violation, undetected negative control, regression or error
-    fails (`verdict.summary.gate`); an upgrade check fails when the candidate is worse. `fault_results`
-    (the fault tasks' returns, when the faults were tasks) adds how late they began."""
+                fault_results: list[dict | None] | None = None, out: Path | None = None) -> GateOutcome:
+    """Write the batch's page (into `out`, default the runs directory) and gate it: any violation, undetected
+    negative control, regression or error fails (`verdict.summary.gate`); an upgrade check fails when the
+    candidate is worse. `fault_results` (the fault tasks' returns, when the faults were tasks) adds how late
+    they began."""
     if page not in PAGES:
         raise ValueError(f"page {page!r}: expected one of {', '.join(PAGES)}")
     summaries = list(summaries or [])
     if page == "upgrade":
-        report, worse = pipeline.write_upgrade_report([s for s in summaries if s], batch_id)
+        report, worse = pipeline.write_upgrade_report([s for s in summaries if s], batch_id, out)
         return GateOutcome(not worse, worse, report, page, worse, [f"upgrade report: {report}"])
     lines: list[str] = []
     differences: list[str] = []
     if page == "clients":
-        report, differences = pipeline.write_client_report(summaries, batch_id)
+        report, differences = pipeline.write_client_report(summaries, batch_id, out)
         lines.append(differences_line(differences))
     else:
-        report = pipeline.write_batch_report(summaries, batch_id)
+        report = pipeline.write_batch_report(summaries, batch_id, out)
     lines.append(f"summary report: {report}")
     if fault_results is not None:
         lines.append(pipeline.fault_timing(fault_results) or "fault tasks: none injected")
@@ -213,9 +215,10 @@ class BatchResult:
         return self.outcome.report
 
 
-def run_batch(plan: BatchPlan, batch_id: str) -> BatchResult:
+def run_batch(plan: BatchPlan, batch_id: str, out: Path | None = None) -> BatchResult:
     """Run a plan's runs one after another, each on a local cluster of its own, analyse every complete run
-    with one spark-submit, then validate, compare with history and report each, and gate the batch.
+    with one spark-submit, then validate, compare with history and report each, and gate the batch. The
+    run directories and the batch page go under `out` (default: the runs directory, `paths.runs_dir`).
 
     The same steps and verdicts as the DAGs, for a host without Airflow (and the flake bench). A run
     or an analysis that fails is an error summary, never a lost scenario.
@@ -228,7 +231,8 @@ def run_batch(plan: BatchPlan, batch_id: str) -> BatchResult:
             runs.append(pipeline.unstarted_run(run.name, str(e), run.label))
             continue
         log.info("batch %s: %s%s", batch_id, run.name, f" ({run.label})" if run.label else "")
-        runs.append({**pipeline.run(resolved), "scenario": run.name, "label": run.label})
+        runs.append({**pipeline.run(resolved, out=str(out) if out else None), "scenario": run.name,
+                     "label": run.label})
     pipeline.analyze_batch(runs, batch_id)
     summaries = [pipeline.judge(r, batch_id) for r in runs]
-    return BatchResult(batch_id, summaries, judge_batch(summaries, batch_id, plan.page))
+    return BatchResult(batch_id, summaries, judge_batch(summaries, batch_id, plan.page, out=out))

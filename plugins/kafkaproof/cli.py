@@ -379,33 +379,32 @@ def cmd_history(args) -> int:
 
 # --- audit -------------------------------------------------------------------
 
-AUDIT_NOT_BUILT = ("the replica runs of an audit are not built yet: give --discover-only (what the cluster has) or "
-                   "--plan-only --out DIR (the reliability classes and their replica scenarios, written as files); "
-                   "the fault matrix runs and the proven fixes are not built yet (docs/audit.md)")
-
-
 def cmd_audit(args) -> int:
-    """Discovery of an existing cluster (read-only) and the team's client settings, printed as JSON or text;
-    with --plan-only, the audit's plan (classes, replica scenarios) written into --out and printed."""
+    """The audit of an existing cluster (`audit.run_audit`): findings, one line per topic, the proven fixes and
+    the page; exit 0 pass, 1 fail, 2 error. With --discover-only, what discovery read (read-only), printed; with
+    --plan-only, the audit's plan (classes, replica scenarios) written into --out and printed."""
     import time
+    from pathlib import Path
+    from .audit import AuditRequest, read_inputs, run_audit
     from .cluster.discovery import discover
-    from .run.client_config import settings_with_unknown_names
     from .spec.audit_plan import plan_audit, plan_text, write_suite
-    from .spec.client_settings import read_client_settings, settings_text
+    from .spec.client_settings import settings_text
     from .spec.inventory import inventory_text
+    if not args.discover_only and not args.out:
+        raise ScenarioError(f"kafkaproof audit{' --plan-only' if args.plan_only else ''}: name the directory the "
+                            "scenarios, runs and report are written to with --out DIR")
+    request = AuditRequest(
+        out=Path(args.out or "."), bootstrap=args.bootstrap, client_config=args.client_config,
+        app_config=args.app_config, app_format=args.app_format, app_role=args.app_role,
+        topics=tuple(t.strip() for t in (args.topics or "").split(",") if t.strip()),
+        faults=tuple(f.strip() for f in (args.faults or "").split(",") if f.strip()), max_classes=args.max_classes,
+        fixes=not args.no_fixes, max_fix_tries=args.max_fix_tries)
     if not (args.discover_only or args.plan_only):
-        raise ScenarioError(AUDIT_NOT_BUILT)
-    if args.plan_only and not args.out:
-        raise ScenarioError("kafkaproof audit --plan-only: name the directory the scenarios are written to with --out DIR")
-    settings = None
-    if args.app_config:
-        settings = settings_with_unknown_names(read_client_settings(args.app_config, args.app_format, args.app_role))
-    bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
-    bootstrap = bootstrap or (settings.bootstrap if settings else None)
-    if not bootstrap:
-        raise ScenarioError("kafkaproof audit: name the cluster with --bootstrap (or bootstrap.servers in "
-                            "--client-config, or the bootstrap servers of --app-config)")
-    inventory = discover(bootstrap, connection, topics=[t.strip() for t in (args.topics or "").split(",") if t.strip()])
+        result = run_audit(request)
+        print(json.dumps(result.audit, indent=2, default=str) if args.json else "\n".join(result.lines))
+        return result.exit_code
+    bootstrap, connection, settings = read_inputs(request)
+    inventory = discover(bootstrap, connection, topics=list(request.topics))
     if args.discover_only:
         if args.json:
             print(json.dumps({"inventory": inventory.to_dict(),
@@ -435,13 +434,15 @@ PROXY_LISTEN_HELP = ("with --bootstrap: the IPv4 address the fault proxies liste
                      f"{LOOPBACK}: this host only). Anyone who reaches it reaches the cluster through them, faults "
                      "included (docs/security.md)")
 
-AUDIT_HELP = ("Audit an existing Kafka cluster. Built so far: discovery (--discover-only), read-only: the Kafka "
-              "release, nodes and roles, the broker settings that decide reliability, every topic's partitions, "
-              "replication factor, min ISR, unclean election, retention and cleanup policy, and the consumer groups; "
-              "plus the team's client settings (--app-config). Nothing is written to the cluster. And the plan "
-              "(--plan-only --out DIR): the topics in reliability classes, each class's replica scenarios under the "
-              "fault matrix written as scenario files, and the fixes to try. Not built yet: running them, the "
-              "per-topic verdicts and the proven fixes (docs/audit.md).")
+AUDIT_HELP = ("Audit an existing Kafka cluster (docs/audit.md): discover it, read-only (the Kafka release, nodes "
+              "and roles, the broker settings that decide reliability, every topic's partitions, replication factor, "
+              "min ISR, unclean election, retention and cleanup policy, the consumer groups) with the team's client "
+              "settings (--app-config / --spring-config); group the topics into reliability classes; run each class "
+              "on a replica cluster under the fault matrix (scenario files written into --out DIR/suite, runs into "
+              "DIR/runs); for each class that fails, try the documented fixes smallest first and report one only "
+              "when the class's whole matrix passes with it. Prints the findings, one line per topic and the proven "
+              "fixes; writes DIR/audit.json and DIR/audit.html. Exit 0 pass, 1 fail, 2 error. Nothing is written to "
+              "the cluster.")
 
 def build_parser() -> argparse.ArgumentParser:
     from .spec.cluster import CLUSTER_BACKENDS, JIT_MODES
@@ -587,8 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--limit", type=_positive_int, default=30)
     hi.set_defaults(func=cmd_history)
 
-    au = sub.add_parser("audit", help="audit an existing cluster: so far discovery (--discover-only) and the plan "
-                                       "(--plan-only --out DIR): classes and replica scenarios", description=AUDIT_HELP)
+    au = sub.add_parser("audit", help="audit an existing cluster on a replica: per-topic verdicts under a fault matrix "
+                                       "and the proven fixes", description=AUDIT_HELP)
     au.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="the existing cluster's bootstrap servers")
     au.add_argument("--client-config", metavar="FILE", help="the cluster's client properties file (librdkafka names): "
                                                             "how to connect (security.protocol, sasl.*, ssl.*)")
@@ -610,9 +611,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print the inventory and stop")
     au.add_argument("--plan-only", action="store_true",
                     help="group the topics into reliability classes and write each class's replica scenarios (one "
-                         "per fault of the matrix) into --out; no replica is started (the runs are not built yet)")
-    au.add_argument("--out", metavar="DIR", help="with --plan-only: the directory the scenario files are written to")
-    au.add_argument("--json", action="store_true", help="print JSON (inventory and client settings)")
+                         "per fault of the matrix) into --out; no replica is started")
+    au.add_argument("--out", metavar="DIR", help="where the audit writes: suite/ (scenario files), runs/, audit.json, "
+                                                 "audit.html (with --plan-only: the scenario files)")
+    au.add_argument("--faults", metavar="ID[,ID...]",
+                    help="run only these faults of the matrix (leader-kill, leader-outage, isolate, lost-ack, "
+                         "rolling-restart, power-loss); default all")
+    au.add_argument("--no-fixes", action="store_true", help="do not search fixes for the classes that fail")
+    au.add_argument("--max-fix-tries", type=_positive_int, default=3, metavar="N",
+                    help="at most N fix candidates per failed class (default 3)")
+    au.add_argument("--json", action="store_true", help="print JSON (the inventory and client settings; the plan; the "
+                                                        "audit.json document)")
     au.set_defaults(func=cmd_audit)
 
     sc = sub.add_parser("scenario", help="validate and list scenario files")

@@ -13,11 +13,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 
 from kafkaproof import cli
 from kafkaproof.spec.inventory import ClusterInventory
+from support import audit_topics, describe_everything
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -34,42 +35,13 @@ spring:
 """
 
 
-def describe_everything(admin: AdminClient) -> bytes:
-    """What the audit must not change, as JSON bytes: topics and partitions, every topic's and broker's
-    config (value, source), every group (state, members, assignor) and its committed offsets."""
-    md = admin.list_topics(timeout=15)
-    topics = {t: {p: (m.replicas, sorted(m.isrs)) for p, m in sorted(md.topics[t].partitions.items())}
-              for t in sorted(md.topics)}
-    resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(md.topics)]
-    configs = {r.name: {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
-               for r, f in admin.describe_configs(resources).items()}
-    for b in sorted(md.brokers):
-        for r, f in admin.describe_configs([ConfigResource(ResourceType.BROKER, str(b))]).items():
-            configs[f"broker:{b}"] = {k: (e.value, str(e.source)) for k, e in sorted(f.result(30).items())}
-    ids = sorted(g.group_id for g in admin.list_consumer_groups().result(30).valid)
-    groups = {}
-    for g, f in (admin.describe_consumer_groups(ids).items() if ids else []):
-        d = f.result(30)
-        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])
-        committed = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets[g].result(30).topic_partitions)
-        groups[g] = {"state": str(d.state), "assignor": d.partition_assignor, "committed": committed,
-                     "members": sorted((m.member_id, m.client_id) for m in d.members)}
-    return json.dumps({"topics": topics, "configs": configs, "groups": groups}, sort_keys=True, default=str).encode()
-
-
 def test_discovery_reads_topics_settings_groups_and_changes_nothing(make_cluster, tmp_path, capsys):
     cluster = make_cluster(brokers=3, broker_config={"auto.create.topics.enable": "true",
                                                        "default.replication.factor": 1, "num.partitions": 1})
     bootstrap = cluster.bootstrap_servers()
     suffix = uuid.uuid4().hex[:6]
     auto, safe, compacted = f"auto-{suffix}", f"safe-{suffix}", f"compacted-{suffix}"
-    cluster.create_topic(safe, 3, 3, {"min.insync.replicas": 2})
-    cluster.create_topic(compacted, 1, 3, {"cleanup.policy": "compact"})
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
-    for i in range(20):  # the first sends create `auto` with the broker defaults, as in the E6 incident
-        producer.produce(auto, value=b"x")
-        producer.produce(safe, key=str(i).encode(), value=b"y")
-    assert producer.flush(60) == 0
+    audit_topics(cluster, auto, safe, compacted)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"billing-{suffix}", "client.id": "billing-app",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([safe])

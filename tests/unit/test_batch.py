@@ -107,9 +107,9 @@ def summary(name, verdict, **kw):
 
 
 def test_a_judged_batch_is_one_gate_outcome_whatever_ran_it(monkeypatch):
-    monkeypatch.setattr(pipeline, "write_batch_report", lambda summaries, batch_id: "/runs/batch.html")
-    monkeypatch.setattr(pipeline, "write_client_report", lambda summaries, batch_id: ("/runs/clients.html", ["a: x"]))
-    monkeypatch.setattr(pipeline, "write_upgrade_report", lambda summaries, batch_id: ("/runs/upgrade.html", []))
+    monkeypatch.setattr(pipeline, "write_batch_report", lambda summaries, batch_id, out=None: "/runs/batch.html")
+    monkeypatch.setattr(pipeline, "write_client_report", lambda summaries, batch_id, out=None: ("/runs/clients.html", ["a: x"]))
+    monkeypatch.setattr(pipeline, "write_upgrade_report", lambda summaries, batch_id, out=None: ("/runs/upgrade.html", []))
     passed = batch.judge_batch([summary("a", "pass", warnings=["slow"])], "b/1", "batch", fault_results=[None])
     assert passed.ok and passed.report == "/runs/batch.html" and passed.lines == [
         "summary report: /runs/batch.html", "fault tasks: none injected",

@@ -201,3 +201,37 @@ LEDGER_COLUMNS: dict[str, list[str] | None] = {
     "cluster_snapshots": None,
     "consumer_events": ["consumer", "consumer_pid", "incarnation", "ts_ns", "event", "partitions", "error"],
 }
+
+
+RUN_STATUS = {"pass": "passed", "fail": "failed", "error": "error"}
+
+
+def run_outcomes(run_dir: str | Path | None) -> dict[str, Any]:
+    """One run's outcome as an audit shows it: `status` (passed | failed | error, the verdict `verdict.summary`
+    judges), `counts` (per anomaly kind with any: its distinct values, not rows: a value lost at two offsets
+    counts once; offset-level rows without a value count one each) and `first_wall` (per kind: the wall-clock
+    time, epoch s, of its first occurrence, from the manifest's clock origins). Never raises on missing parts:
+    no analysis leaves the counts of metrics.json, or none, and an error status."""
+    from ..verdict.summary import judge_run
+    if not run_dir:
+        return {"status": "error", "counts": {}, "first_wall": {}}
+    run_dir = Path(run_dir)
+    problems: list[str] = []
+    status = RUN_STATUS[judge_run(run_dir).verdict]
+    rows = read_parquet(run_dir / "analysis" / "anomalies.parquet", problems, ["kind", "value_id", "t_start_ns"])
+    if rows is None or "kind" not in rows:
+        metrics = read_json(run_dir / "analysis" / "metrics.json", problems) or {}
+        counts = {str(k): int(v) for k, v in (metrics.get("counts") or {}).items() if v}
+        return {"status": status, "counts": counts, "first_wall": {}}
+    manifest = Manifest(read_json(run_dir / MANIFEST, problems) or {})
+    counts: dict[str, int] = {}
+    first_wall: dict[str, float] = {}
+    for kind, group in rows.groupby("kind", sort=False):
+        ids = group["value_id"] if "value_id" in group else pd.Series([None] * len(group))
+        counts[str(kind)] = int(ids.dropna().nunique() + ids.isna().sum())
+        starts = group["t_start_ns"].dropna() if "t_start_ns" in group else pd.Series(dtype="float64")
+        if len(starts) and manifest.t0_ns is not None and manifest.wall_origin_ns is not None:
+            first_wall[str(kind)] = (manifest.wall_origin_ns + (int(starts.min()) - manifest.t0_ns)) / NS_PER_S
+    ordered = [k for k in KINDS if k in counts] + sorted(k for k in counts if k not in KINDS)
+    return {"status": status, "counts": {k: counts[k] for k in ordered if counts[k]},
+            "first_wall": {k: first_wall[k] for k in ordered if k in first_wall}}

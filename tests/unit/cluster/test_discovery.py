@@ -32,9 +32,9 @@ def test_topic_and_group_from_admin_answers():
                                          (GroupMember("c1", "/h", None, ("t",)),))
 
 
-def test_audit_cli_refuses_what_is_not_built(capsys):
+def test_the_whole_audit_needs_out(capsys):
     assert cli.main(["audit", "--bootstrap", "127.0.0.1:9"]) == 2
-    assert "the replica runs of an audit are not built yet: give --discover-only" in capsys.readouterr().err
+    assert "with --out DIR" in capsys.readouterr().err
 
 
 def test_a_refused_describe_names_the_call_and_the_acl():

@@ -133,10 +133,12 @@ def test_the_fix_list_smallest_first_skipping_what_does_not_apply():
                 check_document(cand.document)
     outage = class_scenarios(plan, auto)["leader-outage"]
     names = [c.name for c in fix_candidates(plan, auto, outage)]
-    # single changes first (min ISR 2 needs RF 3; acks already all; idempotence applies), then combined
-    assert names == ["rf3", "idempotence", "delivery-timeout", "create-topic", "rf3+min-isr-2",
-                     "rf3+min-isr-2+idempotence", "rf3+min-isr-2+idempotence+delivery-timeout",
-                     "rf3+min-isr-2+idempotence+delivery-timeout+create-topic"]
+    # single changes first (RF 3 only with min ISR 2; acks already all; idempotence applies; no longer delivery
+    # timeout under leader-outage: the outage is that timeout + 10 s), then combined
+    assert names == ["rf3+min-isr-2", "idempotence", "create-topic", "rf3+min-isr-2+idempotence",
+                     "rf3+min-isr-2+idempotence+create-topic"]
+    kill_names = [c.name for c in fix_candidates(plan, auto, class_scenarios(plan, auto)["leader-kill"])]
+    assert kill_names[:4] == ["rf3+min-isr-2", "idempotence", "delivery-timeout", "create-topic"]
     rf3_isr2 = next(c for c in fix_candidates(plan, auto, outage) if c.name == "rf3+min-isr-2").document
     assert rf3_isr2["cluster"]["config"]["default.replication.factor"] == "3"
     assert rf3_isr2["cluster"]["config"]["min.insync.replicas"] == "2"
@@ -147,6 +149,15 @@ def test_the_fix_list_smallest_first_skipping_what_does_not_apply():
     timeout = next(c for c in fix_candidates(plan, safe, kill) if c.name == "delivery-timeout").document
     assert timeout["producers"]["config"]["delivery.timeout.ms"] == 40000
     assert set(FIXES) == {"rf3", "min-isr-2", "acks-all", "idempotence", "delivery-timeout", "create-topic"}
+
+
+def test_rf3_alone_where_min_isr_2_is_already_there():
+    isr2 = dict(BROKERS, **{"min.insync.replicas": "2"})
+    inv = inventory(topic("events", min_isr="2"))
+    plan = plan_audit(ClusterInventory.from_dict({**inv.to_dict(), "broker_config": isr2}), SPRING)
+    (cls,) = plan.classes
+    names = [c.name for c in fix_candidates(plan, cls, class_scenarios(plan, cls)["leader-kill"])]
+    assert names[0] == "rf3" and "rf3+min-isr-2" not in names
 
 
 def test_acks_all_comes_before_idempotence_and_names_stay_short():
@@ -171,7 +182,7 @@ def test_write_suite_writes_ordinary_scenario_files_with_a_header(tmp_path):
     assert load(tmp_path / "suite" / "audit-rf3-isr2-leader-kill.yaml").name == "audit-rf3-isr2-leader-kill"
     summary = json.loads((tmp_path / "suite" / "audit-plan.json").read_text())
     assert summary["scenarios"]["rf1-isr1-auto"]["power-loss"] == "audit-rf1-isr1-auto-power-loss.yaml"
-    assert summary["fixes"]["rf1-isr1-auto"][0] == "rf3"
+    assert summary["fixes"]["rf1-isr1-auto"][0] == "rf3+min-isr-2"
     again = write_suite(plan, tmp_path / "again", generated_wall=1.8e9 + 60)
     assert [p.read_text() for p in written] == [p.read_text() for p in again]  # deterministic
 

@@ -285,8 +285,8 @@ def topic_findings(topic: TopicInfo, broker_config: Mapping[str, Any], acks_all:
     elif "compact" in policy:
         yield finding("low", "cleanup.policy", policy,
                       "compacted: only each key's latest value is kept, so a consumer that falls behind sees only "
-                      "the latest values, and a null value (tombstone) removes a key; fine for a table, not for "
-                      "a log of events")
+                      "the latest values, and a tombstone (a record without a value) removes a key; fine for a table, "
+                      "not for a log of events")
     flush = {k: topic.config.get(k) for k in ("flush.messages", "flush.ms") if k in topic.overrides}
     if flush:
         yield finding("low", ", ".join(flush), ", ".join(str(v) for v in flush.values()),

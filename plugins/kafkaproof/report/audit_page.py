@@ -10,6 +10,7 @@ Python value: the page says it in words.
 """
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,9 +18,11 @@ from typing import Any, Mapping, Sequence
 
 from ..spec.audit_plan import looks_auto_created
 from ..spec.inventory import ClusterInventory
+from .batch_page import safe_batch_id
 from .kit import Markup, badge, bullets, esc, join, kv, link, none_note, page, plural, rel_href, table, tag, write_html
 
 PAGE = "audit.html"
+AUDITS_DIR = "audits"  # under the runs directory: one directory per audit of the kafka_cluster_audit DAG
 # Outcome kinds (report.data.run_outcomes' keys, and the anomaly vocabulary's) in words; others are shown as they are.
 KIND_WORDS = {"lost": "lost", "lost_unconfirmed": "lost (acks=0, never acknowledged)",
               "not_delivered": "not delivered", "undelivered_attempts": "not delivered (attempted)",
@@ -287,6 +290,31 @@ def render_audit(audit: Mapping[str, Any], out_dir: Path) -> str:
             section_notes(audit, inv)]
     title = inv.cluster_id if inv and inv.cluster_id else words(audit.get("bootstrap"), "a cluster")
     return page(f"{verdict.upper()} audit of {title} — kafkaproof", body)
+
+
+def audit_dir_name(run_id: str) -> str:
+    """The directory under `$KAFKAPROOF_RUNS/audits` of a DAG run's audit (its run id made a safe name)."""
+    return safe_batch_id(run_id)
+
+
+def list_audits(runs: str | Path) -> list[dict[str, Any]]:
+    """The audits under `runs`/audits (each directory with an audit.json), newest first: directory name, audit
+    id, bootstrap, verdict, when it finished (UTC text) and whether its audit.html is there; an unreadable
+    audit.json is listed with verdict 'unreadable'."""
+    found = []
+    for path in Path(runs).glob(f"{AUDITS_DIR}/*/audit.json"):
+        try:
+            doc = json.loads(path.read_text())
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError):
+            doc = {"verdict": "unreadable"}
+        found.append({"dir": path.parent.name, "audit_id": words(doc.get("audit_id"), path.parent.name),
+                      "bootstrap": words(doc.get("bootstrap"), "unknown"),
+                      "verdict": words(doc.get("verdict"), "unknown"),
+                      "finished": utc(doc.get("finished_wall")), "page": (path.parent / PAGE).exists(),
+                      "mtime": path.stat().st_mtime})
+    return sorted(found, key=lambda a: a["mtime"], reverse=True)
 
 
 def write_audit_page(audit: Mapping[str, Any], out_dir: str | Path) -> Path:

@@ -185,3 +185,22 @@ def test_words_and_times_never_print_python_values():
     assert outcome_text({"status": "passed", "counts": {}}) == "passed"
     doc = copy.deepcopy(document())
     assert doc["kind"] == "kafkaproof-audit"
+
+
+def test_list_audits_reads_every_audit_json_newest_first(tmp_path):
+    import os
+    from kafkaproof.report.audit_page import AUDITS_DIR, audit_dir_name, list_audits
+    assert list_audits(tmp_path) == []
+    first = tmp_path / AUDITS_DIR / audit_dir_name("manual__2026-11-27T10:00:00+00:00")
+    write_audit_page(document(), first)
+    (first / "audit.json").write_text(json.dumps(document()))
+    second = tmp_path / AUDITS_DIR / "broken"
+    second.mkdir()
+    (second / "audit.json").write_text("{not json")
+    os.utime(first / "audit.json", (T0, T0))
+    found = list_audits(tmp_path)
+    assert [(a["dir"], a["verdict"], a["page"]) for a in found] == [("broken", "unreadable", False),
+                                                                   (first.name, "pass", True)]
+    assert found[1]["audit_id"] == "audit-20261117T000000-ab12" and found[1]["finished"] == utc(T0 + 600)
+    assert found[0]["audit_id"] == "broken" and found[0]["bootstrap"] == "unknown"
+    assert "/" not in first.name and ":" not in first.name and "+" not in first.name

@@ -210,13 +210,13 @@ def test_the_audit_dag_runs_end_to_end_with_the_runner_faked(airflow_home, monke
     monkeypatch.setattr(pipeline, "audit_discovery", discovery)
     monkeypatch.setattr(audit_module, "run_audit", run_audit)
     dag = bag.get_dag("kafka_cluster_audit")
-    for verdict, state in (("pass", "success"), ("fail", "failed")):
+    for verdict, expected in (("pass", "success"), ("fail", "failed")):
         seen.clear()
         started = time.monotonic()
         run = dag.test(run_conf={"kafka_conn_id": "kp_audited", "topics": ["orders*"], "max_classes": 2,
                                  "faults": ["leader-kill"]})
         print(f"dag.test ({verdict}) took {time.monotonic() - started:.1f}s")
-        assert run.state == state, verdict
+        assert run.state == expected, verdict
         assert seen["discovery"] == ("k1:9093", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                                                  "sasl.username": "u", "sasl.password": "secret"}, ("orders*",), 2)
         request = seen["request"]

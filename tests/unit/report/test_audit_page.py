@@ -72,7 +72,8 @@ def failed_with_fix() -> dict:
     assert rf1["topics"] == ["events"]
     rf1["verdict"] = "fail"
     rf1["runs"][1] = run_row("leader-outage", "failed", {"not_delivered": 512, "duplicated": 3},
-                             {"not_delivered": T0 + 70, "duplicated": T0 + 71.5}, report="/abs/runs/r2/report/index.html")
+                             {"not_delivered": T0 + 70, "duplicated": T0 + 71.5},
+                             report="/abs/runs/r2/report/index.html")
     fix_runs = [run_row(f, report=f"runs/fix-{f}/report/index.html") for f in FAULTS]
     rf1["fix"] = {"fixes": ["rf3", "min-isr-2"], "changes": ["brokers' default.replication.factor 3",
                                                              "brokers' min.insync.replicas 2"], "runs": fix_runs}

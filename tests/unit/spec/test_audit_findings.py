@@ -173,8 +173,8 @@ def test_a_short_delivery_timeout_the_seeds_e1_settings():
 def test_reordering_with_many_requests_in_flight_and_no_idempotence():
     found = findings(s=settings({"enable.idempotence": "false", "max.in.flight.requests.per.connection": "5"}))
     assert about(found, "client", "max.in.flight.requests.per.connection")[0].severity == "low"
-    assert not about(findings(s=settings({"enable.idempotence": "false", "max.in.flight.requests.per.connection": "1"})),
-                     "client", "max.in.flight.requests.per.connection")
+    one = settings({"enable.idempotence": "false", "max.in.flight.requests.per.connection": "1"})
+    assert not about(findings(s=one), "client", "max.in.flight.requests.per.connection")
 
 
 def test_unknown_keys_are_listed_with_their_line_and_why():
@@ -200,7 +200,8 @@ def test_read_uncommitted_consumers_of_transactional_producers():
     found = findings(s=settings(consumer={"isolation.level": "read_uncommitted"}, transactions=True))
     (f,) = about(found, "client", "isolation.level")
     assert f.severity == "high" and "read_committed" in f.text
-    assert not about(findings(s=settings(consumer={"isolation.level": "read_uncommitted"})), "client", "isolation.level")
+    no_transactions = settings(consumer={"isolation.level": "read_uncommitted"})
+    assert not about(findings(s=no_transactions), "client", "isolation.level")
     assert not about(findings(s=settings(transactions=True)), "client", "isolation.level")
 
 

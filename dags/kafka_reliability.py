@@ -1,4 +1,5 @@
-"""kafkaproof DAGs: the nightly suite, a weekly soak, a manual pre-upgrade check, and an upgrade comparison.
+"""kafkaproof DAGs: the nightly suite, a weekly soak, a manual pre-upgrade check, an upgrade comparison, and the
+audit of an existing cluster (`kafka_cluster_audit`: discover → run_audit → gate, calling `kafkaproof.audit`).
 
 Thin by design: each DAG maps a batch plan of the library (`kafkaproof.batch`: the ordered runs, their
 cluster-reuse hints, the gate's outcome) onto tasks and wires them; every task calls `kafkaproof.batch`
@@ -24,7 +25,9 @@ from kafkaproof.analysis import application_path, job_py_files, spark_conf
 from kafkaproof.errors import KafkaproofError
 from kafkaproof.notify import WebhookNotifier
 from kafkaproof.schedule import NoMissedRunsTimetable
+from kafkaproof.spec.audit_plan import FAULTS as AUDIT_FAULTS
 from kafkaproof.spec.clients import CLIENTS
+from kafkaproof.spec.client_settings import FORMATS as APP_FORMATS, ROLES as APP_ROLES
 from kafkaproof.spec.cluster import CLUSTER_BACKENDS
 from kafkaproof.run.resolved import Overrides, ResolvedScenario
 from kafkaproof.spec.scenario import MAX_BROKERS
@@ -418,7 +421,85 @@ def kafka_upgrade_check():
     gate.override(task_id="compare_versions")(summaries, page="upgrade")  # fails when the candidate is worse
 
 
+AUDIT_TIMEOUT = timedelta(hours=int(os.environ.get("KAFKAPROOF_AUDIT_TIMEOUT_H", "8")))
+
+
+@dag(dag_id="kafka_cluster_audit", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
+     doc_md="Audits an existing cluster (docs/audit.md): discovers its topics and settings read-only, runs each "
+            "reliability class under the fault matrix on a replica with the team's client settings, tries the "
+            "fixes, writes audit.html; fails when a class fails or an audit run errs. Nothing is written to the "
+            "audited cluster.",
+     params={"bootstrap": Param(None, type=["null", "string"],
+                                description="the cluster's bootstrap servers (plaintext, or with client_config)"),
+             "client_config": Param(None, type=["null", "string"],
+                                    description="a client properties file on the worker saying how to connect "
+                                                "(security.protocol, sasl.*, ssl.*; librdkafka names)"),
+             "kafka_conn_id": KAFKA_CONN_PARAM,
+             "app_config": Param(None, type=["null", "string"],
+                                 description="the team's client settings on the worker: a Java or librdkafka "
+                                             "properties file, or Spring Boot's application.yml / .properties"),
+             "app_format": Param(None, type=["null", "string"], enum=[None, *APP_FORMATS],
+                                 description="app_config's format (empty: detected; a properties file is Java's)"),
+             "app_role": Param(None, type=["null", "string"], enum=[None, *APP_ROLES],
+                               description="whose properties a Java or librdkafka app_config holds (empty: both)"),
+             "topics": Param([], type="array", items={"type": "string"},
+                             description="topic names or shell globs (empty: every topic)"),
+             "faults": Param([], type="array", items={"type": "string", "enum": list(AUDIT_FAULTS)}, uniqueItems=True,
+                             description="the faults of the matrix to run (empty: all)"),
+             "max_classes": Param(None, type=["null", "integer"], minimum=1,
+                                  description="at most this many reliability classes (the rest grouped into the "
+                                              "closest; the report says which and how)"),
+             "fixes": Param(True, type="boolean", description="for a failing class, try the fix list until one "
+                                                              "passes the whole matrix"),
+             "cluster_backend": BACKEND_PARAM})
+def kafka_cluster_audit():
+    @task
+    def discover() -> dict:
+        """Read-only: the client settings, the cluster's inventory, the classes and findings (logged); bad input
+        fails here, before any replica starts."""
+        p = get_current_context()["params"]
+        bootstrap, connection = existing_cluster(p)
+        try:
+            return pipeline.audit_discovery(bootstrap, connection, p.get("client_config"), p.get("app_config"),
+                                            p.get("app_format"), p.get("app_role"), tuple(p.get("topics") or ()),
+                                            p.get("max_classes"))
+        except KafkaproofError as e:  # input to fix, not a task to retry
+            raise AirflowFailException(str(e)) from None
+
+    @task(pool=POOL, execution_timeout=AUDIT_TIMEOUT)
+    def run_audit(found: dict) -> dict:
+        """The audit (`kafkaproof.audit.run_audit`) into $KAFKAPROOF_RUNS/audits/<run id>: replicas, fixes, pages."""
+        from kafkaproof.audit import AuditRequest, run_audit as audit
+        ctx = get_current_context()
+        p = ctx["params"]
+        bootstrap, connection = existing_cluster(p)
+        with pipeline.client_config_file(None if p.get("client_config") else connection) as connection_file:
+            try:
+                result = audit(AuditRequest(
+                    out=pipeline.audit_out(ctx["run_id"]), bootstrap=bootstrap or found["bootstrap"],
+                    client_config=p.get("client_config") or connection_file, app_config=p.get("app_config"),
+                    app_format=p.get("app_format"), app_role=p.get("app_role"), topics=tuple(p.get("topics") or ()),
+                    faults=tuple(p.get("faults") or ()), max_classes=p.get("max_classes"),
+                    fixes=bool(p.get("fixes")), backend=p.get("cluster_backend") or "local"))
+            except KafkaproofError as e:  # refused before any replica started: input to fix
+                raise AirflowFailException(str(e)) from None
+        print("\n".join(result.lines))
+        return {"verdict": result.verdict, "exit_code": result.exit_code, "json": str(result.json_path),
+                "html": str(result.html_path), "lines": list(result.lines)}
+
+    @task(on_failure_callback=NOTIFY_ON_FAILURE)
+    def gate(outcome: dict) -> None:
+        """Fail the DAG run when the audit's verdict is fail or error."""
+        failure = pipeline.audit_gate(outcome)
+        if failure:
+            raise AirflowFailException(failure)
+
+    gate(run_audit(discover()))
+
+
 kafka_reliability_nightly()
 kafka_reliability_manual()
 kafka_upgrade_check()
 kafka_reliability_soak()
+kafka_cluster_audit()

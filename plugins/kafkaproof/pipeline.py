@@ -17,7 +17,7 @@ import socket
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from .cluster import attach, start_cluster, state
 from .cluster import reuse as cluster_reuse
@@ -459,3 +459,84 @@ def analyze_batch(runs: list[dict | None], batch_id: str) -> None:
         analyze_many(complete, quiet=True)
     except KafkaproofError as e:  # runs whose analysis is missing become error verdicts in `judge`
         log.error("analysis of batch %s: %s", batch_id, e)
+
+
+# --- the audit DAG (kafka_cluster_audit): its steps below the runner (kafkaproof.audit) --------------------
+
+def audit_out(run_id: str) -> Path:
+    """Where a DAG run's audit goes: `$KAFKAPROOF_RUNS/audits/<the run id as a safe name>` (its suite, runs,
+    audit.json and audit.html; the reports index lists it, the task's extra link opens its audit.html)."""
+    from .report.audit_page import AUDITS_DIR, audit_dir_name
+    return runs_dir() / AUDITS_DIR / audit_dir_name(run_id)
+
+
+def audit_discovery(bootstrap: str | None, connection: Mapping[str, Any] | None, client_config: str | None = None,
+                    app_config: str | None = None, app_format: str | None = None, app_role: str | None = None,
+                    topics: tuple[str, ...] = (), max_classes: int | None = None) -> dict[str, Any]:
+    """The audit DAG's first step, read-only: read the team's client settings (`app_config`), discover the
+    cluster (`bootstrap`, connecting with `connection` and the `client_config` file's settings) and plan the
+    classes, so that bad input (an unreadable or unknown client property, an unreachable cluster, refused
+    credentials, a missing describe ACL, a bad --max-classes) fails here, before any replica starts.
+
+    Logs the inventory, the settings and the findings; returns a summary for XCom (no credentials)."""
+    from .cluster.discovery import discover
+    from .run.client_config import settings_with_unknown_names
+    from .spec.audit_findings import audit_findings
+    from .spec.audit_plan import plan_audit, plan_text
+    from .spec.client_settings import read_client_settings, settings_text
+    from .spec.connection import read_client_config
+    from .spec.inventory import inventory_text
+    settings = None
+    if app_config:
+        settings = settings_with_unknown_names(read_client_settings(app_config, app_format, app_role or "both"))
+    connection = dict(connection or {})
+    if client_config:
+        from_file, file_connection, _ = read_client_config(client_config)
+        bootstrap = bootstrap or from_file
+        connection.update(file_connection)
+    bootstrap = bootstrap or (settings.bootstrap if settings else None)
+    if not bootstrap:
+        raise ScenarioError("the audit needs a cluster: set the bootstrap param, a kafka_conn_id, bootstrap.servers "
+                            "in the client_config file, or the bootstrap servers of the app_config file")
+    inventory = discover(bootstrap, connection, topics=list(topics))
+    plan = plan_audit(inventory, settings, max_classes)
+    findings = audit_findings(inventory, settings, plan)
+    log.info("%s", inventory_text(inventory))
+    if settings:
+        log.info("%s", settings_text(settings))
+    log.info("%s", plan_text(plan))
+    for f in findings:
+        log.info("finding (%s, %s) %s %s: %s", f.severity, f.scope, f.subject, f.setting, f.text)
+    return {"bootstrap": bootstrap, "cluster_id": inventory.cluster_id, "kafka_release": inventory.kafka_release,
+            "nodes": len(inventory.nodes), "topics": [t.name for t in inventory.topics],
+            "classes": {c.label: list(c.topics) for c in plan.classes}, "excluded": dict(plan.excluded),
+            "findings": [f"{f.severity}: {f.subject}: {f.text}" for f in findings if f.severity != "low"]}
+
+
+@contextlib.contextmanager
+def client_config_file(connection: Mapping[str, Any] | None, bootstrap: str | None = None) -> Iterator[str | None]:
+    """A client properties file holding `connection` (an Airflow connection's, for the audit runner, which takes
+    a file): private (0600) in a private temporary directory, removed afterwards; None for no connection."""
+    if not connection:
+        yield None
+        return
+    import shutil
+    import tempfile
+    from .paths import write_text_atomic
+    from .spec.connection import client_properties_text
+    where = Path(tempfile.mkdtemp(prefix="kafkaproof-audit-"))
+    try:
+        yield str(write_text_atomic(where / "client.properties", client_properties_text(connection, bootstrap),
+                                    private=True))
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def audit_gate(outcome: Mapping[str, Any]) -> str | None:
+    """Pure: why an audit fails its DAG run (verdict fail or error, with what the runner printed), None on a pass."""
+    verdict = outcome.get("verdict")
+    if verdict == "pass":
+        return None
+    lines = "\n".join(outcome.get("lines") or [])
+    return (f"audit {verdict or 'without a verdict'}; the report: {outcome.get('html') or 'not written'}"
+            + (f"\n{lines}" if lines else ""))

@@ -163,6 +163,101 @@ def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_
         existing_cluster({"kafka_conn_id": "kp_no_servers"})
 
 
+def test_the_audit_dag_discovers_read_only_then_audits_then_gates(airflow_home):
+    from kafkaproof.spec.audit_plan import FAULTS
+    bag = dagbag(airflow_home)
+    assert bag.import_errors == {}
+    audit = bag.get_dag("kafka_cluster_audit")
+    assert type(audit.timetable).__name__ == "NullTimetable" and audit.max_active_runs == 1  # manual only
+    tasks = {t.task_id: t for t in audit.tasks}
+    assert set(tasks) == {"discover", "run_audit", "gate"}
+    assert tasks["run_audit"].upstream_task_ids == {"discover"} and tasks["gate"].upstream_task_ids == {"run_audit"}
+    # discovery holds no cluster slot; the replicas do
+    assert tasks["run_audit"].pool == "kafka_cluster" and tasks["discover"].pool != "kafka_cluster"
+    assert type(tasks["gate"].on_failure_callback[0]).__name__ == "WebhookNotifier"
+    assert {"bootstrap", "client_config", "kafka_conn_id", "app_config", "topics", "faults", "max_classes",
+            "fixes"} <= set(audit.params)
+    assert audit.params["fixes"] is True and audit.params["topics"] == [] and audit.params["faults"] == []
+    assert audit.params.get_param("faults").schema["items"]["enum"] == list(FAULTS)
+
+
+def test_the_audit_dag_runs_end_to_end_with_the_runner_faked(airflow_home, monkeypatch, tmp_path):
+    """The wiring: the params reach discovery and the runner (a Kafka connection's settings as a private file
+    that is gone afterwards), the audit goes under $KAFKAPROOF_RUNS/audits/<run>, the gate fails on a fail."""
+    from kafkaproof import audit as audit_module, pipeline
+    from kafkaproof.report.audit_page import write_audit_page
+    bag = dagbag(airflow_home)
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("KAFKAPROOF_RUNS", str(runs))
+    monkeypatch.setenv("AIRFLOW_CONN_KP_AUDITED", json.dumps({"conn_type": "kafka", "extra": {
+        "bootstrap.servers": "k1:9093", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": "u", "sasl.password": "secret"}}))
+    seen = {}
+
+    def discovery(bootstrap, connection, client_config, app_config, app_format, app_role, topics, max_classes):
+        seen["discovery"] = (bootstrap, dict(connection), topics, max_classes)
+        return {"bootstrap": bootstrap, "classes": {}}
+
+    def run_audit(request):
+        seen["request"] = request
+        written = Path(request.client_config)
+        seen["file"] = (written.read_text(), oct(written.stat().st_mode & 0o777))
+        doc = {"audit_id": "audit-x", "bootstrap": request.bootstrap, "verdict": verdict, "classes": []}
+        request.out.mkdir(parents=True, exist_ok=True)
+        (request.out / "audit.json").write_text(json.dumps(doc))
+        return audit_module.AuditResult(doc, request.out / "audit.json", write_audit_page(doc, request.out), verdict,
+                                        [f"verdict {verdict}"])
+
+    monkeypatch.setattr(pipeline, "audit_discovery", discovery)
+    monkeypatch.setattr(audit_module, "run_audit", run_audit)
+    dag = bag.get_dag("kafka_cluster_audit")
+    for verdict, expected in (("pass", "success"), ("fail", "failed")):
+        seen.clear()
+        started = time.monotonic()
+        run = dag.test(run_conf={"kafka_conn_id": "kp_audited", "topics": ["orders*"], "max_classes": 2,
+                                 "faults": ["leader-kill"]})
+        print(f"dag.test ({verdict}) took {time.monotonic() - started:.1f}s")
+        assert run.state == expected, verdict
+        assert seen["discovery"] == ("k1:9093", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                                 "sasl.username": "u", "sasl.password": "secret"}, ("orders*",), 2)
+        request = seen["request"]
+        assert request.bootstrap == "k1:9093" and request.topics == ("orders*",) and request.faults == ("leader-kill",)
+        assert request.max_classes == 2 and request.fixes is True and request.backend == "local"
+        assert "sasl.password=secret" in seen["file"][0] and seen["file"][1] == "0o600"
+        assert not Path(request.client_config).exists()  # the credentials' file is gone
+        assert request.out.parent == runs / "audits" and (request.out / "audit.html").exists()
+    # the task's extra link opens that audit.html, where the plugin serves it
+    from types import SimpleNamespace
+    module = runpy.run_path(str(REPO / "plugins" / "kafkaproof_reports.py"))
+    key = SimpleNamespace(dag_id="kafka_cluster_audit", task_id="gate", run_id=run.run_id)
+    assert module["BatchPageLink"]().get_link(None, ti_key=key) == \
+        f"/kafkaproof/audits/{request.out.name}/audit.html"
+
+
+def test_the_reports_index_lists_the_audits_for_who_may_read_the_audit_dag(airflow_home, tmp_path):
+    from fastapi.testclient import TestClient
+    from kafkaproof.report.audit_page import write_audit_page
+    dagbag(airflow_home)  # the Airflow settings the plugin module reads
+    runs = tmp_path / "runs"
+    out = runs / "audits" / "manual__1"
+    doc = {"audit_id": "audit-20261128T070000-ab12", "bootstrap": "k1:<9092>", "verdict": "fail",
+           "finished_wall": 1.8e9, "classes": []}
+    write_audit_page(doc, out)
+    (out / "audit.json").write_text(json.dumps(doc))
+    module = runpy.run_path(str(REPO / "plugins" / "kafkaproof_reports.py"))
+    index = module["batch_index"](runs)
+    assert "<h2>Audits</h2>" in index and 'href="audits/manual__1/audit.html"' in index
+    assert ("audit-20261128T070000-ab12</a> · k1:&lt;9092&gt; · <strong>fail</strong> · "
+            "finished 2027-01-15 08:00:00 UTC") in index
+    assert "Audits" not in module["batch_index"](runs, {"kafka_reliability_nightly"})
+    app = module["reports_app"](runs)
+    for readable, status in (({"kafka_cluster_audit"}, 200), ({"kafka_reliability_nightly"}, 403)):
+        app.dependency_overrides[module["readable_dags"]] = lambda readable=readable: frozenset(readable)
+        with TestClient(app) as client:
+            assert client.get("/audits/manual__1/audit.html").status_code == status
+            assert client.get("/audits/manual__1/audit.json").status_code == status
+
+
 class WebhookReceiver:
     """An HTTP server on loopback recording the JSON bodies POSTed to it: (path, body) in `received`."""
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..spec.audit_plan import looks_auto_created
+from ..spec.audit_plan import looks_auto_created, utc_text as utc
 from ..spec.inventory import ClusterInventory
 from .batch_page import safe_batch_id
 from .kit import Markup, badge, bullets, esc, join, kv, link, none_note, page, plural, rel_href, table, tag, write_html
@@ -51,17 +50,6 @@ def words(value: Any, missing: str = "not set") -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={words(v, missing)}" for k, v in value.items()) or "none"
     return str(value)
-
-
-def utc(wall: Any) -> str:
-    """Epoch seconds as `YYYY-MM-DD HH:MM:SS UTC`; 'unknown' when missing or not a time."""
-    try:
-        wall = float(wall)
-        if not math.isfinite(wall):
-            return "unknown"
-        return datetime.fromtimestamp(wall, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "unknown"
 
 
 def kind_words(kind: str) -> str:

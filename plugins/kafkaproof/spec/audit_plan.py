@@ -400,12 +400,17 @@ def check_document(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 # --- files ---------------------------------------------------------------------------------------
 
-def utc_text(wall: float | None) -> str:
-    """Pure: a wall-clock time (epoch s) as `YYYY-MM-DD HH:MM:SS UTC`; "?" for None."""
+def utc_text(wall: Any) -> str:
+    """Pure: a wall-clock time (epoch s) as `YYYY-MM-DD HH:MM:SS UTC`; "unknown" when missing or not a time."""
     import datetime
-    if wall is None:
-        return "?"
-    return datetime.datetime.fromtimestamp(wall, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    import math
+    try:
+        wall = float(wall)
+        if not math.isfinite(wall):
+            return "unknown"
+        return datetime.datetime.fromtimestamp(wall, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "unknown"
 
 
 def scenario_text(plan: AuditPlan, doc: Mapping[str, Any], generated_wall: float) -> str:

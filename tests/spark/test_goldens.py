@@ -3,10 +3,16 @@
 The Spark job runs once per session over every golden run directory (one spark-submit);
 these tests read its outputs. The job's pure parts and the policy are unit-tested in
 tests/unit/analysis and tests/unit/verdict.
+
+For local iteration, `KAFKAPROOF_GOLDENS=a,b` restricts the goldens to those named (and the goldens whose
+analysis they reuse); tests of goldens left out are skipped, e.g.
+`KAFKAPROOF_GOLDENS=pipeline_clean,pipeline_every_kind flock /tmp/kafkaproof-heavy.lock python -m pytest
+tests/spark/test_goldens.py -q`. Unset (as in `make test`): every golden.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,14 +29,36 @@ from support import SparkStandalone, load_analysis_job
 
 job = load_analysis_job()
 policy = load_policy()
-GOLDENS = {name: build() for name, build in golden.GOLDENS.items()}
+
+
+def selected(names: str | None, goldens: dict) -> dict:
+    """The goldens `KAFKAPROOF_GOLDENS` names (all when unset), with those whose analysis they reuse."""
+    if not names:
+        return goldens
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    unknown = sorted(wanted - set(goldens))
+    if unknown:
+        raise ValueError(f"KAFKAPROOF_GOLDENS names unknown goldens {unknown}; known: {', '.join(goldens)}")
+    wanted |= {goldens[n].analysis_from for n in wanted if goldens[n].analysis_from}
+    return {n: g for n, g in goldens.items() if n in wanted}
+
+
+class Selection(dict):
+    """By golden name; a golden `KAFKAPROOF_GOLDENS` left out skips the test asking for it."""
+
+    def __missing__(self, name: str):
+        pytest.skip(f"golden {name} not selected by KAFKAPROOF_GOLDENS")
+
+
+ALL_GOLDENS = {name: build() for name, build in golden.GOLDENS.items()}
+GOLDENS = Selection(selected(os.environ.get("KAFKAPROOF_GOLDENS"), ALL_GOLDENS))
 
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """Every golden written and analysed by ONE spark-submit; variants reuse their base's analysis."""
     root = tmp_path_factory.mktemp("golden")
-    dirs = {name: g.write(root / name) for name, g in GOLDENS.items()}
+    dirs = Selection({name: g.write(root / name) for name, g in GOLDENS.items()})
     own = golden.needs_analysis(GOLDENS)
     analysis.analyze_many([dirs[n] for n in own], parallel=2,
                           extra_conf={"spark.sql.shuffle.partitions": "1", "spark.driver.memory": "2g"})
@@ -293,7 +321,7 @@ def test_a_spark_standalone_cluster_gives_exactly_the_local_results(runs, tmp_pa
     clock checks), keeps the test at about a minute; every golden runs in local mode above."""
     own = ["clean", "clean_txn", "lost", "duplicates", "lost_ack_attribution", "inconsistent_offsets",
            "poll_rewinds", "undelivered_attempts", "clock_timestamps"]
-    assert set(own) <= set(golden.needs_analysis(GOLDENS))
+    assert set(own) <= set(golden.needs_analysis(ALL_GOLDENS))
     dirs = {name: GOLDENS[name].write(tmp_path / "runs" / name) for name in own}
     with SparkStandalone(tmp_path / "spark", cores=2) as spark:
         analysis.analyze_many(list(dirs.values()), master=spark.url, parallel=2, quiet=True,

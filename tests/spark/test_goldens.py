@@ -304,6 +304,31 @@ def test_validate_without_analysis_is_an_error(tmp_path):
 
 
 
+@pytest.mark.spark
+def test_the_pipeline_claim_names_hanging_transactions_and_is_never_passed_without_its_ledger(runs):
+    """Issue 43: metrics' `pipeline` section, the rows' sentences, and the claim on a run without the ledger."""
+    m = metrics_of(runs["pipeline_every_kind"])["pipeline"]
+    assert m["applicable"] is True and m["transactions"] == {"committed": 9, "aborted": 3, "indefinite": 1}
+    assert m["hanging"] == [{"txn": 10, "transactional_id": "copier-5", "producer_id": 105, "epoch": 0,
+                             "copier": 5, "partitions": [5]}]
+    rows = anomalies_of(runs["pipeline_every_kind"])
+    (hang,) = rows[rows["kind"] == "hanging_transaction"].itertuples()
+    assert "transactional id copier-5, producer id 105, epoch 0" in hang.detail and list(hang.value_ids) == [16]
+    (early,) = rows[rows["kind"] == "precommitted_read"].itertuples()
+    assert "0.020 s before transaction 5's commit was requested" in early.detail
+    assert metrics_of(runs["pipeline_clean"])["pipeline"]["reads"] == {"read_committed": 8}
+
+    result = validate(runs["pipeline_not_applicable"], data_docs=False)
+    assert result.status == "error" and result.errors == [
+        "not applicable: claim exactly_once_pipeline: no pipeline ledger (transactions.parquet, "
+        "transaction_records.parquet, output_reads.parquet, output_audit.parquet, pipeline_partitions.parquet "
+        "missing); the run tested nothing it claims"]
+    assert {r.anomaly for r in result.rows if r.not_applicable} == set(policy.forbidden_by_claim["exactly_once_pipeline"])
+    assert metrics_of(runs["clean"])["pipeline"]["applicable"] is False
+    shown = validate(runs["pipeline_unclaimed"], data_docs=False)  # counted, shown, judged by the claim only
+    assert shown.status == "pass" and {r.anomaly for r in shown.rows if r.count} == set(GOLDENS["pipeline_unclaimed"].counts)
+
+
 # --------------------------------------------------------------------------- spark: on a real cluster
 
 def _table(path: Path):

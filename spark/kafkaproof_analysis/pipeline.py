@@ -57,7 +57,7 @@ def pipeline_anomalies(tables: Mapping[str, DataFrame]) -> DataFrame:
     """Every pipeline anomaly row of a run that has the pipeline ledger (see the module docstring)."""
     txns, recs = tables["transactions"], tables["transaction_records"]
     log = output_log(tables["output_audit"], txns)
-    committed = (log.filter(F.col("is_committed"))
+    committed = (log.filter(F.col("is_committed") & (F.col("value_id") >= 0))  # -1: a foreign payload
                  .groupBy("value_id").agg(F.count("*").alias("n"), F.min("partition").alias("partition"),
                                           F.sort_array(F.collect_list("offset")).alias("offsets"),
                                           F.sort_array(F.collect_set("txn")).alias("txns")))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kafkaproof.spec.ledger import TABLES, make_value_id, write_manifest, write_table
+from kafkaproof.spec.pipeline_ledger import PIPELINE_TABLES
 
 T0_NS = 5_000_000_000_000  # monotonic origin of every golden run
 WALL0_NS = 1_790_000_000_000_000_000
@@ -39,12 +40,15 @@ class Golden:
     consumers: list[dict[str, Any]] = field(default_factory=list)
     claims: dict[str, Any] = field(default_factory=dict)         # scenario claims (e.g. delivery)
     exercised: list[dict[str, Any]] = field(default_factory=list)  # scenario exercised conditions
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    # The pipeline's tables only once a transaction is recorded (`copy`): a run without them is not applicable.
+    rows: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {t: [] for t in TABLES if t not in PIPELINE_TABLES})
     partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
     analysis_from: str | None = None  # same ledger as that golden: reuse its analysis (only the manifest differs)
     causes: dict[int, str | None] = field(default_factory=dict)  # value id -> cause_fault_id of its anomaly rows
     application: dict[str, Any] | None = None  # the manifest's `application` (an application run, issue 39)
     _next_offset: dict[int, int] = field(default_factory=dict)
+    _next_output: dict[int, int] = field(default_factory=dict)
     _poll: dict[int, int] = field(default_factory=dict)
     _poll_seq: dict[int, int] = field(default_factory=dict)
 
@@ -146,6 +150,52 @@ class Golden:
                       if r["partition"] == partition and r["isolation"] == "read_committed")
         for i, (o, v) in enumerate(recs):
             self.read(consumer, partition, o, v, t_ms + i, **kw)
+
+    # ---- an exactly-once pipeline (issue 43): a copier's transactions, the output log and its readers
+    def copy(self, txn: int, copier: int, outcome: str, t_ms: float, inputs: list[int], *,
+             commit: int | None = None, drop: tuple[int, ...] = (), ended: bool = True, epoch: int = 0) -> dict[int, int]:
+        """One copier transaction over `inputs` (value ids the input producer sent), begun at `t_ms`, its commit
+        requested at +50 ms (committed only) and ended at +60 ms (unless not `ended`). Each input's output goes
+        to the output partition of the same number at its next offset; a marker follows (if ended) and the
+        output log holds it with its marker's outcome (none: not ended or indefinite) unless its value is in
+        `drop`. `commit`: the input offset this transaction commits. Returns value id -> output offset."""
+        for t in PIPELINE_TABLES:
+            self.rows.setdefault(t, [])
+        sent = {r["value_id"]: r for r in self.rows["sends"]}
+        self.rows["transactions"].append({
+            "txn": txn, "transactional_id": f"copier-{copier}", "copier": copier, "producer_id": 100 + copier,
+            "epoch": epoch, "txn_seq": txn, "outcome": outcome, "begin_ns": ns(t_ms),
+            "commit_ns": ns(t_ms + 50) if outcome == "committed" else None, "end_ns": ns(t_ms + 60) if ended else None})
+        marker = {"committed": True, "aborted": False}.get(outcome) if ended else None
+        out: dict[int, int] = {}
+        for vid in inputs:
+            p = sent[vid]["partition"]
+            offset = self._next_output.get(p, 0)
+            self._next_output[p] = offset + 1
+            out[vid] = offset
+            self.rows["transaction_records"] += [
+                {"txn": txn, "role": "input", "partition": p, "offset": sent[vid]["offset"], "value_id": vid},
+                {"txn": txn, "role": "output", "partition": p, "offset": offset, "value_id": vid}]
+            if vid not in drop:
+                self.rows["output_audit"].append(
+                    {"partition": p, "offset": offset, "value_id": vid, "txn": txn, "committed": marker})
+        if ended:
+            for p in {sent[v]["partition"] for v in inputs}:
+                self._next_output[p] += 1
+        if commit is not None:
+            p = sent[inputs[0]]["partition"]
+            self.rows["pipeline_partitions"].append({"partition": p, "txn": txn, "committed_offset": commit})
+        return out
+
+    def committed_offset(self, partition: int, offset: int) -> None:
+        """The input partition's committed offset when the run ended."""
+        self.rows["pipeline_partitions"].append({"partition": partition, "txn": None, "committed_offset": offset})
+
+    def output_read(self, reader: int, partition: int, offset: int, value_id: int, t_ms: float, *,
+                    isolation: str = "read_committed") -> None:
+        """A downstream reader of the output topic read one record."""
+        self.rows["output_reads"].append({"reader": reader, "isolation": isolation, "partition": partition,
+                                          "offset": offset, "value_id": value_id, "read_ns": ns(t_ms)})
 
     # ---- output
     def manifest(self) -> dict[str, Any]:
@@ -894,6 +944,121 @@ def app_answer_before_ack() -> Golden:
 
 
 GOLDENS[app_answer_before_ack.__name__] = app_answer_before_ack
+
+
+def _pipeline_inputs(g: Golden, partitions: int, per_partition: int) -> dict[int, list[int]]:
+    """The input producer's acked values: `per_partition` in each input partition; partition -> value ids."""
+    ids: dict[int, list[int]] = {}
+    for p in range(partitions):
+        for i in range(per_partition):
+            ids.setdefault(p, []).append(g.acked(0, p * per_partition + i, 10 * (p * per_partition + i), partition=p))
+    return ids
+
+
+def pipeline_clean() -> Golden:
+    """Issue 43: two copiers, each over its own input partition: a committed transaction, an aborted one and
+    its retry committed; offsets committed with each committed transaction; a read_committed reader of the
+    output reads every committed output after its commit and nothing of the aborted transaction; passes."""
+    g = Golden("pipeline_clean", guarantee="exactly-once", claims={"exactly_once_pipeline": {}})
+    ins = _pipeline_inputs(g, 2, 4)
+    txn = 0
+    for p, (a, b, c, d) in ins.items():
+        t = 1000 + 1000 * p
+        first = g.copy(txn, p, "committed", t, [a, b], commit=2)
+        g.copy(txn + 1, p, "aborted", t + 100, [c, d])
+        retry = g.copy(txn + 2, p, "committed", t + 200, [c, d], commit=4)
+        g.committed_offset(p, 4)
+        for vid, offset in {**first, **retry}.items():
+            g.output_read(0, p, offset, vid, t + 500)
+        txn += 3
+    return g
+
+
+def pipeline_every_kind() -> Golden:
+    """Issue 43: one copier per input partition, each showing one pipeline anomaly (partition = copier):
+    0 eos_lost (a committed transaction's second output is not in the output log); 1 eos_duplicated (a second
+    committed transaction copied the value again); 2 eos_aborted_read (the read_committed reader read the
+    aborted attempt); 3 precommitted_read (read 20 ms before the commit was requested); 4
+    offsets_outputs_disagree twice (the offsets skipped input 0, whose only transaction aborted; input 2's
+    output committed but its offset not); 5 hanging_transaction (begun, an output written, never ended, no
+    marker); 6 eos_dirty_read (a read_uncommitted reader read the aborted attempt: shown, not a failure)."""
+    g = Golden("pipeline_every_kind", claims={"exactly_once_pipeline": {}}, status="fail")
+    ins = _pipeline_inputs(g, 7, 3)
+    rc = {}  # the read_committed reader: every committed output, after its commit (unless said otherwise)
+    # 0: lost output
+    rc.update({(0, o): v for v, o in g.copy(0, 0, "committed", 1000, ins[0][:2], commit=2, drop=(ins[0][1],)).items()
+               if v != ins[0][1]})
+    g.committed_offset(0, 2)
+    # 1: copied twice, by two committed transactions (a zombie's retry)
+    rc.update({(1, o): v for v, o in g.copy(1, 1, "committed", 1000, ins[1][:1], commit=1).items()})
+    rc.update({(1, o): v for v, o in g.copy(2, 1, "committed", 1200, ins[1][:1], commit=1, epoch=1).items()})
+    g.committed_offset(1, 1)
+    # 2: the aborted attempt read by the read_committed reader
+    aborted2 = g.copy(3, 2, "aborted", 1000, ins[2][:1])
+    rc.update({(2, o): v for v, o in g.copy(4, 2, "committed", 1200, ins[2][:1], commit=1).items()})
+    g.committed_offset(2, 1)
+    # 3: read before the commit was requested (commit requested at 1050)
+    early = g.copy(5, 3, "committed", 1000, ins[3][:1], commit=1)
+    g.committed_offset(3, 1)
+    # 4: offsets past an input no committed transaction output; an output committed whose offset was not
+    g.copy(6, 4, "aborted", 1000, ins[4][:1])
+    rc.update({(4, o): v for v, o in g.copy(7, 4, "committed", 1200, ins[4][1:2], commit=2).items()})
+    rc.update({(4, o): v for v, o in g.copy(8, 4, "committed", 1400, ins[4][2:3]).items()})
+    g.committed_offset(4, 2)
+    # 5: a transaction that never ended after one committed
+    rc.update({(5, o): v for v, o in g.copy(9, 5, "committed", 1000, ins[5][:1], commit=1).items()})
+    g.copy(10, 5, "indefinite", 1200, ins[5][1:2], ended=False)
+    g.committed_offset(5, 1)
+    # 6: the aborted attempt read by a read_uncommitted reader (the negative control), and the retry
+    aborted6 = g.copy(11, 6, "aborted", 1000, ins[6][:1])
+    retry6 = g.copy(12, 6, "committed", 1200, ins[6][:1], commit=1)
+    rc.update({(6, o): v for v, o in retry6.items()})
+    g.committed_offset(6, 1)
+    for (p, o), v in sorted(rc.items()):
+        g.output_read(0, p, o, v, 3000)
+    (v2, o2), = aborted2.items()
+    g.output_read(0, 2, o2, v2, 3000)
+    (v3, o3), = early.items()
+    g.output_read(0, 3, o3, v3, 1030)
+    (v6, o6), = aborted6.items()
+    g.output_read(1, 6, o6, v6, 3000, isolation="read_uncommitted")
+    g.output_read(1, 6, retry6[v6], v6, 3001, isolation="read_uncommitted")
+    g.value_ids = {"eos_lost": [ins[0][1]], "eos_duplicated": [ins[1][0]], "eos_aborted_read": [v2],
+                   "precommitted_read": [v3], "offsets_outputs_disagree": [ins[4][0], ins[4][2]],
+                   "hanging_transaction": [ins[5][1]], "eos_dirty_read": [v6]}
+    g.counts = {k: len(v) for k, v in g.value_ids.items()}
+    return g
+
+
+def pipeline_every_kind_detected() -> Golden:
+    """The every-kind history as a negative control expecting each pipeline kind: passes."""
+    g = pipeline_every_kind()
+    g.name, g.status, g.analysis_from = "pipeline_every_kind_detected", "pass", "pipeline_every_kind"
+    g.expect = {"outcome": "detect", "detect": sorted(g.counts)}
+    return g
+
+
+def pipeline_unclaimed() -> Golden:
+    """The every-kind history without the claim: the guarantee alone judges the input side; the pipeline's
+    kinds are counted and shown, and only the claim forbids them; passes."""
+    g = pipeline_every_kind()
+    g.name, g.status, g.analysis_from, g.claims = "pipeline_unclaimed", "pass", "pipeline_every_kind", {}
+    return g
+
+
+def pipeline_not_applicable() -> Golden:
+    """The clean history (no pipeline ledger) claiming exactly_once_pipeline: the claim cannot be judged, its
+    kinds are not applicable and the run is never a pass: error."""
+    g = clean()
+    g.name, g.status, g.analysis_from, g.claims = "pipeline_not_applicable", "error", "clean", {
+        "exactly_once_pipeline": {}}
+    return g
+
+
+# Issue 43 step 1: two analysed pipeline goldens, the other two reuse an analysis.
+GOLDENS.update({f.__name__: f for f in (
+    pipeline_clean, pipeline_every_kind, pipeline_every_kind_detected, pipeline_unclaimed, pipeline_not_applicable,
+)})
 
 
 def write_all(root: Path) -> dict[str, Path]:

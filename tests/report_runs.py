@@ -200,7 +200,9 @@ KIND_CLASSES = {"lost": "hard", "lost_unconfirmed": "soft", "unseen": "incomplet
                 "observed_duplicates": "soft",
                 "indefinite_landed": "info", "inconsistent_offsets": "hard", "ack_offset_mismatch": "hard",
                 "reordering": "soft", "poll_skips": "soft", "poll_rewinds": "soft", "poll_inversion": "hard",
-                "unknown_values": "hard", "undelivered_attempts": "soft", "reprocessed": "soft"}
+                "unknown_values": "hard", "undelivered_attempts": "soft", "reprocessed": "soft",
+                "eos_lost": "soft", "eos_duplicated": "soft", "eos_aborted_read": "soft", "precommitted_read": "soft",
+                "offsets_outputs_disagree": "soft", "hanging_transaction": "soft", "eos_dirty_read": "info"}
 
 
 def metrics(anomalies: list[dict]) -> dict:

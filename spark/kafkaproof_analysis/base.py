@@ -32,6 +32,13 @@ KINDS: tuple[str, ...] = (
     "unknown_values",
     "undelivered_attempts",
     "reprocessed",
+    "eos_lost",
+    "eos_duplicated",
+    "eos_aborted_read",
+    "precommitted_read",
+    "offsets_outputs_disagree",
+    "hanging_transaction",
+    "eos_dirty_read",
 )
 
 # Value-level kinds: the values.parquet flag column that marks each.

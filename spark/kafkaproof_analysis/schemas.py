@@ -53,8 +53,25 @@ SCHEMAS: dict[str, T.StructType] = {
         ("partitions", T.ArrayType(_I32)), ("base_offsets", T.ArrayType(_I64)), ("detail", _STR),
         ("record_counts", T.ArrayType(_I32)),
     ),
+    # An exactly-once pipeline's (spec/pipeline_ledger.py); a run has all five or none (pipeline.py).
+    "transactions": _schema(
+        ("txn", _I64), ("transactional_id", _STR), ("copier", _I32), ("producer_id", _I64), ("epoch", _I32),
+        ("txn_seq", _I64), ("outcome", _STR), ("begin_ns", _I64), ("commit_ns", _I64), ("end_ns", _I64),
+    ),
+    "transaction_records": _schema(
+        ("txn", _I64), ("role", _STR), ("partition", _I32), ("offset", _I64), ("value_id", _I64),
+    ),
+    "output_reads": _schema(
+        ("reader", _I32), ("isolation", _STR), ("partition", _I32), ("offset", _I64), ("value_id", _I64),
+        ("read_ns", _I64),
+    ),
+    "output_audit": _schema(
+        ("partition", _I32), ("offset", _I64), ("value_id", _I64), ("txn", _I64), ("committed", _BOOL),
+    ),
+    "pipeline_partitions": _schema(("partition", _I32), ("txn", _I64), ("committed_offset", _I64)),
 }
 REQUIRED_TABLES = ("sends", "audit")
+PIPELINE_TABLES = ("transactions", "transaction_records", "output_reads", "output_audit", "pipeline_partitions")
 
 ANOMALIES_SCHEMA = _schema(
     ("kind", _STR), ("value_id", _I64), ("producer", _I32), ("partition", _I32), ("offset", _I64),

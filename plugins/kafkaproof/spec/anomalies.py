@@ -85,6 +85,28 @@ VOCABULARY: tuple[AnomalyKind, ...] = (
     AnomalyKind("reprocessed", "reprocessed",
                 "1 value was processed more than once by one consumer group.",
                 "{n} values were processed more than once by one consumer group."),
+    # An exactly-once pipeline's (issue 43): judged by the claim exactly_once_pipeline, on the pipeline ledger.
+    AnomalyKind("eos_lost", None,
+                "1 input value of a committed transaction has no committed output.",
+                "{n} input values of committed transactions have no committed output."),
+    AnomalyKind("eos_duplicated", None,
+                "1 input value is in the committed output more than once.",
+                "{n} input values are in the committed output more than once."),
+    AnomalyKind("eos_aborted_read", None,
+                "A read_committed reader of the output saw a record of an aborted transaction once.",
+                "Read_committed readers of the output saw records of aborted transactions {n} times."),
+    AnomalyKind("precommitted_read", None,
+                "A read_committed reader of the output saw an output before its transaction was committed once.",
+                "Read_committed readers of the output saw outputs before their transactions were committed {n} times."),
+    AnomalyKind("offsets_outputs_disagree", None,
+                "1 input's committed offset and its committed output disagree.",
+                "{n} inputs' committed offsets and committed outputs disagree."),
+    AnomalyKind("hanging_transaction", None,
+                "1 transaction never ended: read_committed readers stall at its partitions' last stable offset.",
+                "{n} transactions never ended: read_committed readers stall at their partitions' last stable offset."),
+    AnomalyKind("eos_dirty_read", None,
+                "A read_uncommitted reader of the output saw a record of an aborted transaction once (expected).",
+                "Read_uncommitted readers of the output saw records of aborted transactions {n} times (expected)."),
 )
 
 BY_NAME: dict[str, AnomalyKind] = {k.name: k for k in VOCABULARY}

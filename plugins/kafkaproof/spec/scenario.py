@@ -197,7 +197,14 @@ SCHEMA: dict[str, Any] = {
                 "processed_once": {
                     "type": "object", "additionalProperties": False, "properties": {},
                     "description": "no consumer group processes a value more than once (an idempotent consumer), "
-                                   "whatever copies the log holds: forbids `reprocessed`"}}},
+                                   "whatever copies the log holds: forbids `reprocessed`"},
+                "exactly_once_pipeline": {
+                    "type": "object", "additionalProperties": False, "properties": {},
+                    "description": "a read-process-write copier is exactly once: every input value of a committed "
+                                   "transaction in the committed output once, read_committed readers see no aborted "
+                                   "or uncommitted output, committed input offsets agree with committed outputs, no "
+                                   "transaction hangs; judged on the pipeline ledger (not applicable without it, "
+                                   "never a pass)"}}},
         "exercised": {
             "type": "array",
             "description": "conditions that make the scenario's check meaningful; one not met makes the run an error",

@@ -170,6 +170,19 @@ def not_exercised(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [r for r in metrics.get("exercised") or [] if not r.get("held")]
 
 
+PIPELINE_CLAIM = "exactly_once_pipeline"
+
+
+def claim_not_applicable(metrics: Mapping[str, Any], claims: Sequence[str], policy: Policy) -> dict[str, str]:
+    """Pure: kind -> why the run cannot judge it, for a claim whose data the run lacks: the claim
+    exactly_once_pipeline without the pipeline ledger (metrics' `pipeline.applicable` false or absent)."""
+    pipeline = metrics.get("pipeline") or {}
+    if PIPELINE_CLAIM not in claims or pipeline.get("applicable"):
+        return {}
+    why = pipeline.get("reason") or "the analysis has no pipeline section (analysed before it existed)"
+    return {k: f"claim {PIPELINE_CLAIM}: {why}" for k in sorted(policy.forbidden_by_claim[PIPELINE_CLAIM])}
+
+
 def without_kinds(counts: Mapping[str, int], not_applicable: Mapping[str, str]) -> dict[str, int]:
     """Pure: the analysis' counts with the kinds the run cannot judge at 0: the suites neither pass nor fail
     them on data that cannot show them; the verdict's rows say `not applicable` with the reason."""
@@ -317,7 +330,8 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
         result = ValidationResult(run_dir, False, "error", guarantee, expect_dict, [], [str(exc)], {}, None, claims)
         return _save(result)
 
-    na = manifest.not_applicable
+    claim_na = claim_not_applicable(metrics, claims, policy)
+    na = {**manifest.not_applicable, **claim_na}
     counts = without_kinds(metrics.get("counts", {}), na)
     unknown = sorted(set(counts) - set(policy.names))
     errors = run_errors(manifest, metrics, policy)
@@ -346,7 +360,8 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
         # Both read the same policy; disagreement is a bug, and must never turn into a pass.
         errors.append(f"GX suites ({'pass' if gx_ok else 'fail'}) and policy ({'pass' if policy_ok else 'fail'}) "
                       "disagree; treat as a kafkaproof bug")
-    unconfirmed = unconfirmed_reasons(metrics)
+    # A claim the run cannot judge is never passed: a would-be pass is an error naming why.
+    unconfirmed = unconfirmed_reasons(metrics) + sorted({f"not applicable: {why}" for why in claim_na.values()})
     status, errors = decide_status(errors, unconfirmed, gx_ok and policy_ok)
     index = docs_dir / "index.html"
     result = ValidationResult(run_dir, status == "pass", status, guarantee, expect_dict, rows, errors,

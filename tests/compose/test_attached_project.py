@@ -12,23 +12,18 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster import state
 from kafkaproof.cluster.attached import AttachedCluster, inspect_project
 from kafkaproof.cluster.external import free_ports
 from kafkaproof.faults import FaultInjector
-from kafkaproof.run import RunOptions, ScenarioRun
-from kafkaproof.run.resolved import Overrides, resolve
-from kafkaproof.spec import ledger
+from kafkaproof.run.resolved import Overrides
 from kafkaproof.spec.faults import FaultSpec
-from kafkaproof.spec.scenario import load
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
-from support import produce, wait_for
+from support import leader_kill_run, produce, wait_for
 
 pytestmark = pytest.mark.compose
 
@@ -137,26 +132,9 @@ def test_a_scenario_runs_on_the_attached_project_with_exact_counts(users_project
     project, bootstrap, _ = users_project
     before = containers(project)
     hw = high_watermarks(bootstrap, USERS_TOPIC)
-    doc = {"name": "t-attached-run", "guarantee": "at-least-once",
-           "topic": {"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
-           "producers": {"rate": 400, "messages": 1600, "start_after_s": 1,
-                         "config": {"acks": "all", "enable.idempotence": True}},
-           "consumers": {"count": 1, "commit": "sync"},
-           "faults": [{"at": 2, "kind": "kill", "target": "leader:0", "duration": 3}]}
-    path = tmp_path / "t-attached-run.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    resolved = resolve(load(path), Overrides(attach_project=project))
-    result = ScenarioRun(resolved, RunOptions(out=tmp_path / "runs", faults_hit_attached=True)).execute()
-    assert result.status == "complete", result.error
-    sends = pq.read_table(ledger.table_path(result.run_dir, "sends")).to_pandas()
-    audit = pq.read_table(ledger.table_path(result.run_dir, "audit")).to_pandas()
-    assert len(sends) == 1600 and set(sends["outcome"]) == {"ok"}
-    logged = audit[audit["isolation"] == "read_committed"]
-    assert set(logged["value_id"]) == set(sends["value_id"])  # acks=all, idempotent: nothing lost
-    manifest = ledger.read_manifest(result.run_dir)
+    manifest = leader_kill_run(tmp_path, "t-attached-run", {}, 1600, Overrides(attach_project=project),
+                               faults_hit_attached=True)
     assert manifest["cluster"]["backend"] == "attached" and manifest["cluster"]["project"] == project
-    faults = pq.read_table(ledger.table_path(result.run_dir, "faults")).to_pandas()
-    assert set(faults["kind"]) == {"kill"}
     assert manifest["cluster"]["name"] not in state.list_clusters()
     check_handed_back(project, bootstrap, before, hw)
     from confluent_kafka.admin import AdminClient

@@ -101,7 +101,8 @@ def cmd_cluster_status(args) -> int:
         print(f"client connection: {connection_text(status['client_connection'])}")
     for n in status["nodes"]:
         proxy = n.get("proxy")
-        print(f"  node {n['id']:>3} {n['roles']:<18} {n['address']:<22} pid {n['pid']} {n['state']}" +
+        roles = n["roles"] if isinstance(n["roles"], str) else ",".join(n["roles"])  # compose, attached: a list
+        print(f"  node {n['id']:>3} {roles:<18} {n['address']:<22} pid {n['pid']} {n['state']}" +
               (f"  proxy {proxy['address']} pid {proxy['pid']} {proxy['state']} control {proxy['control']}"
                if proxy else ""))
     for topic, parts in status["topics"].items():

@@ -45,6 +45,10 @@ def check_attach(data: dict[str, Any], source: str) -> None:
         _check_kind(fault.get("kind", ""), fault.get("target", ""), f"{source}: faults[{i}].kind")
     for i, item in enumerate((data.get("random_faults") or {}).get("kinds") or []):
         _check_kind(item.get("kind", ""), "", f"{source}: random_faults.kinds[{i}].kind")
+    for i, service in enumerate((data.get("application") or {}).get("services") or []):
+        if isinstance(service, dict) and "image" in service:
+            raise ScenarioError(f"{source}: application.services[{i}].image: container services on an attached "
+                                f"compose project ({project}) are not built yet; run the service as a command")
     for key in _STARTING_FIELDS:
         if cluster.get(key):
             raise ScenarioError(f"{source}: cluster.{key}: an attached compose project ({project}) runs with its own "

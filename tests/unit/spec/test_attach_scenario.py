@@ -50,6 +50,13 @@ def test_what_attaching_cannot_give_is_refused_naming_file_and_field(tmp_path, c
     assert all(w in str(e.value) for w in words), str(e.value)
 
 
+def test_container_services_of_an_application_are_refused_on_an_attached_project(tmp_path):
+    from support import REPO
+    s = scenario_mod.load(REPO / "scenarios" / "app-e6-wait-for-ack-compose.yaml")
+    with pytest.raises(ScenarioError, match=r"application.services\[0\].image: container services on an attached"):
+        s.with_overrides(attach="shop")
+
+
 def test_the_override_goes_through_the_same_checks(tmp_path):
     doc = {**BASE, "faults": BASE["faults"] + [{"at": 1, "kind": "pause", "target": "leader:0", "duration": 1},
                                                 {"at": 2, "kind": "latency", "target": "leader:0", "duration": 1,

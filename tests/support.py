@@ -263,3 +263,34 @@ def audit_topics(cluster, auto: str, safe: str, compacted: str) -> None:
         producer.produce(auto, value=b"x")
         producer.produce(safe, key=str(i).encode(), value=b"y")
     assert producer.flush(60) == 0, "the values that create the topics were not delivered"
+
+
+def leader_kill_run(tmp_path: Path, name: str, cluster: dict, messages: int, overrides=None, **options) -> dict:
+    """Run a small at-least-once scenario (acks=all, idempotent, RF 3, min ISR 2, the leader of partition 0
+    killed for 3 s) on `cluster` (the scenario's cluster section); check every send was acknowledged and
+    read back (exact counts) and the kill recorded. Returns the run's manifest."""
+    import pyarrow.parquet as pq
+    import yaml
+    from kafkaproof.run import RunOptions, ScenarioRun
+    from kafkaproof.run.resolved import Overrides, resolve
+    from kafkaproof.spec import ledger
+    from kafkaproof.spec.scenario import load
+    doc = {"name": name, "guarantee": "at-least-once", "cluster": cluster,
+           "topic": {"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
+           "producers": {"rate": 400, "messages": messages, "start_after_s": 1,
+                         "config": {"acks": "all", "enable.idempotence": True}},
+           "consumers": {"count": 1, "commit": "sync"},
+           "faults": [{"at": 3, "kind": "kill", "target": "leader:0", "duration": 3}]}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = ScenarioRun(resolve(load(path), overrides or Overrides()),
+                         RunOptions(out=tmp_path / "runs", **options)).execute()
+    assert result.status == "complete", result.error
+    sends = pq.read_table(ledger.table_path(result.run_dir, "sends")).to_pandas()
+    audit = pq.read_table(ledger.table_path(result.run_dir, "audit")).to_pandas()
+    assert len(sends) == messages and set(sends["outcome"]) == {"ok"}
+    logged = audit[audit["isolation"] == "read_committed"]
+    assert set(logged["value_id"]) == set(sends["value_id"])  # acks=all, idempotent: nothing lost
+    faults = pq.read_table(ledger.table_path(result.run_dir, "faults")).to_pandas()
+    assert set(faults["kind"]) == {"kill"}
+    return {**ledger.read_manifest(result.run_dir), "run_dir": str(result.run_dir)}

@@ -101,7 +101,8 @@ def cmd_cluster_status(args) -> int:
         print(f"client connection: {connection_text(status['client_connection'])}")
     for n in status["nodes"]:
         proxy = n.get("proxy")
-        print(f"  node {n['id']:>3} {n['roles']:<18} {n['address']:<22} pid {n['pid']} {n['state']}" +
+        roles = n["roles"] if isinstance(n["roles"], str) else ",".join(n["roles"])  # compose, attached: a list
+        print(f"  node {n['id']:>3} {roles:<18} {n['address']:<22} pid {n['pid']} {n['state']}" +
               (f"  proxy {proxy['address']} pid {proxy['pid']} {proxy['state']} control {proxy['control']}"
                if proxy else ""))
     for topic, parts in status["topics"].items():
@@ -126,6 +127,49 @@ def cmd_cluster_down(args) -> int:
         return 0
     attach(args.name).down()
     print(f"cluster {args.name} is down")
+    return 0
+
+
+UNDERSTAND_FLAG = "--i-understand-faults-hit-this-cluster"
+
+
+def cmd_cluster_inspect(args) -> int:
+    """Read-only: the Kafka nodes of a running compose project, as attaching would find them."""
+    from .cluster.attached import inspect_project
+    found = inspect_project(args.compose_project)
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    print(f"compose project {found['project']} (engine {found['engine']}): cluster id {found['cluster_id']}, "
+          f"clients use {found['bootstrap']}")
+    for n in found["nodes"]:
+        address = f"{n['host']}:{n['client_port']}" if n.get("client_port") else "(no client listener)"
+        print(f"  node {n['id']:>3} {','.join(n['roles']):<18} {address:<22} container {n['container']} "
+              f"(service {n['service']}, {n['convention']} environment)")
+    return 0
+
+
+def cmd_cluster_attach(args) -> int:
+    from .cluster.attached import AttachedCluster
+    if not args.i_understand_faults_hit_this_cluster:
+        raise KafkaproofError(f"attaching lets faults stop, kill and pause the containers of your compose project "
+                              f"{args.compose_project}: add {UNDERSTAND_FLAG} (`cluster inspect` only reads)")
+    cluster = AttachedCluster.up(args.compose_project, args.name)
+    print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())
+    return 0
+
+
+def cmd_cluster_detach(args) -> int:
+    from .cluster import attach
+    from .cluster.state import list_clusters, load_state
+    if args.name not in list_clusters():
+        print(f"no cluster named {args.name!r} is attached")
+        return 0
+    if load_state(args.name).backend != "attached":
+        raise KafkaproofError(f"cluster {args.name!r} is not an attached compose project: `kafkaproof cluster down "
+                              f"--name {args.name}`")
+    attach(args.name).down()
+    print(f"detached {args.name}: faults healed, every container running, kafkaproof's topics and groups deleted")
     return 0
 
 
@@ -226,11 +270,19 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
     _check_proxy_listen(args.proxy_listen, bootstrap)
+    if args.attach_compose_project and (bootstrap or args.backend):
+        raise ScenarioError("--attach-compose-project uses your running compose project: leave out --bootstrap, "
+                            "--client-config and --backend")
     resolved = resolve(scn, Overrides(messages=args.messages, kafka_version=args.kafka_version, brokers=args.brokers,
                                       bootstrap=bootstrap, backend=args.backend, upgrade_to=args.upgrade_to,
-                                      seed=args.seed))
+                                      seed=args.seed, attach_project=args.attach_compose_project))
+    project = resolved.scenario.data["cluster"].get("attach")
+    if project and not args.i_understand_faults_hit_this_cluster:
+        raise ScenarioError(f"{scn.path}: the faults of this run hit your compose project {project}: add "
+                            f"{UNDERSTAND_FLAG}")
     result = ScenarioRun(resolved, RunOptions(out=Path(args.out) if args.out else runs_dir(), client_config=connection,
-                                              proxy_listen=args.proxy_listen or LOOPBACK)).execute()
+                                              proxy_listen=args.proxy_listen or LOOPBACK,
+                                              faults_hit_attached=bool(project))).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
 
@@ -506,6 +558,20 @@ def build_parser() -> argparse.ArgumentParser:
     dn.add_argument("--all", action="store_true",
                     help="every cluster and leftover of this state directory ($KAFKAPROOF_STATE)")
     dn.set_defaults(func=cmd_cluster_down)
+    ins = clsub.add_parser("inspect", help="read-only: the Kafka nodes of your running compose project (ids, roles, "
+                                            "addresses clients use), as `attach` would find them")
+    ins.add_argument("--compose-project", required=True, metavar="NAME", help="as `docker compose ls` names it")
+    ins.add_argument("--json", action="store_true")
+    ins.set_defaults(func=cmd_cluster_inspect)
+    att = named(clsub.add_parser("attach", help="attach to your running compose project for process faults "
+                                                "(kill, stop, pause, restart of its containers); `detach` heals"))
+    att.add_argument("--compose-project", required=True, metavar="NAME", help="as `docker compose ls` names it")
+    att.add_argument(UNDERSTAND_FLAG, action="store_true", help="faults will stop, kill and pause its containers")
+    att.add_argument("--json", action="store_true", help="print the status as JSON")
+    att.set_defaults(func=cmd_cluster_attach)
+    det = named(clsub.add_parser("detach", help="heal an attached compose project and forget it: its containers run "
+                                                "again, kafkaproof's topics and groups are deleted, nothing else"))
+    det.set_defaults(func=cmd_cluster_detach)
 
     ik = sub.add_parser("install-kafka", help="install a Kafka distribution from Maven Central")
     ik.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
@@ -546,6 +612,11 @@ def build_parser() -> argparse.ArgumentParser:
                                         "faults only (proxies are started on this host when the scenario needs them)")
     rn.add_argument("--proxy-listen", metavar="ADDRESS", help=PROXY_LISTEN_HELP)
     rn.add_argument("--client-config", metavar="FILE", help=CLIENT_CONFIG_HELP)
+    rn.add_argument("--attach-compose-project", metavar="NAME",
+                    help="run on your own running compose project (as cluster.attach): process faults on its "
+                         "containers; needs " + UNDERSTAND_FLAG)
+    rn.add_argument(UNDERSTAND_FLAG, action="store_true",
+                    help="the run's faults may stop, kill and pause the containers of the attached project")
     rn.add_argument("--salvage", metavar="RUN_DIR",
                     help="assemble the ledger of a run that ended before its drain (its runner killed), so it can "
                          "be analysed; it stays incomplete")

@@ -6,8 +6,8 @@ own compose cluster through `start_cluster` and checks nothing labelled is left 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -23,11 +23,10 @@ from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.spec import ledger
 from kafkaproof.spec.cluster import ClusterConfig
 from kafkaproof.spec.faults import FaultSpec
-from kafkaproof.spec.scenario import load
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
 from rolling_checks import check_rolled_run, settings_change_upgrade_and_refused_downgrade
-from support import REPO, needs_root, produce, wait_for
+from support import REPO, leader_kill_run, needs_root, produce, wait_for
 
 pytestmark = pytest.mark.compose
 
@@ -126,27 +125,9 @@ def test_a_subnet_a_dead_engine_left_routed_is_not_used(compose_cluster, caplog)
 
 
 def test_a_scenario_runs_on_a_compose_cluster_with_exact_counts(docker_ready, tmp_path):
-    doc = {"name": "t-compose-run", "guarantee": "at-least-once",
-           "cluster": {"brokers": 3, "backend": "compose", "config": FAST},
-           "topic": {"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
-           "producers": {"rate": 400, "messages": 2000, "start_after_s": 1,
-                         "config": {"acks": "all", "enable.idempotence": True}},
-           "consumers": {"count": 1, "commit": "sync"},
-           "faults": [{"at": 3, "kind": "kill", "target": "leader:0", "duration": 3}]}
-    path = tmp_path / "t-compose-run.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    result = ScenarioRun(resolve(load(path)), RunOptions(out=tmp_path / "runs")).execute()
-    assert result.status == "complete", result.error
-    sends = pq.read_table(ledger.table_path(result.run_dir, "sends")).to_pandas()
-    audit = pq.read_table(ledger.table_path(result.run_dir, "audit")).to_pandas()
-    assert len(sends) == 2000 and set(sends["outcome"]) == {"ok"}
-    logged = audit[audit["isolation"] == "read_committed"]
-    assert set(logged["value_id"]) == set(sends["value_id"])  # acks=all, idempotent: nothing lost
-    manifest = ledger.read_manifest(result.run_dir)
+    manifest = leader_kill_run(tmp_path, "t-compose-run", {"brokers": 3, "backend": "compose", "config": FAST}, 2000)
     assert manifest["cluster"]["backend"] == "compose"
-    faults = pq.read_table(ledger.table_path(result.run_dir, "faults")).to_pandas()
-    assert set(faults["kind"]) == {"kill"}
-    assert "Kafka" in (result.run_dir / "logs" / "node-1.log").read_text(errors="replace")
+    assert "Kafka" in (Path(manifest["run_dir"]) / "logs" / "node-1.log").read_text(errors="replace")
     name = manifest["cluster"]["name"]
     assert name not in state.list_clusters() and not any(de.labelled(compose_project(name)).values())
 

@@ -6,7 +6,8 @@ the common interface are capabilities, present or None (`nodes`, `proxies`, `dis
 `capabilities.py`), never methods that raise. Backends:
 `local` (`LocalCluster`: Kafka JVMs in network namespaces on this host), `compose`
 (`ComposeCluster`: containers of a Docker Compose project, as the seeds run Kafka),
-`external` (`ExternalCluster`: an existing cluster, fronted by fault proxies) — all
+`external` (`ExternalCluster`: an existing cluster, fronted by fault proxies), `attached`
+(`AttachedCluster`: a team's own running compose project, process faults on its containers) — all
 state-file backed, so `attach(name)` finds any after a crash and `down_all()` tears
 everything down. `start_cluster(config)` starts a local or compose cluster by
 `config.backend`.
@@ -21,6 +22,7 @@ from ..spec.cluster import ClusterConfig, NodeLink
 from ..spec.faults import FAULT_KINDS
 from . import docker_engine, host, procs, state
 from .capabilities import FaultProxies, FaultyDisks, NodeClocks, NodeProcesses
+from .attached import AttachedCluster
 from .compose import ComposeCluster
 from .external import ExternalCluster
 from .install import ensure_kafka
@@ -129,11 +131,12 @@ def attach(name: str = "default") -> ClusterBackend:
     return backend_class(state.load_state(name).backend)(name)
 
 
-BACKENDS: dict[str, type] = {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster}
+BACKENDS: dict[str, type] = {"local": LocalCluster, "compose": ComposeCluster, "external": ExternalCluster,
+                             "attached": AttachedCluster}
 
 
 def backend_class(backend: str) -> type:
-    """The class of a backend by its name (local, compose, external)."""
+    """The class of a backend by its name (local, compose, external, attached)."""
     return BACKENDS[backend]
 
 

@@ -4,12 +4,12 @@ Every backend has nodes, addresses, Kafka's views and a state file (`backend.Clu
 depends on what kafkaproof owns of the cluster, and a backend says so by a property that holds the
 capability (the backend itself) or None, never by a method that raises:
 
-| property  | capability       | local                 | compose | external |
-|-----------|------------------|-----------------------|---------|----------|
-| `nodes`   | `NodeProcesses`  | yes                   | yes     | None     |
-| `proxies` | `FaultProxies`   | with `--proxy`        | same    | same     |
-| `disks`   | `FaultyDisks`    | with `--disk`         | None    | None     |
-| `clock`   | `NodeClocks`     | with `--clock`        | None    | None     |
+| property  | capability       | local                 | compose | external | attached |
+|-----------|------------------|-----------------------|---------|----------|----------|
+| `nodes`   | `NodeProcesses`  | yes                   | yes     | None     | yes      |
+| `proxies` | `FaultProxies`   | with `--proxy`        | same    | same     | None     |
+| `disks`   | `FaultyDisks`    | with `--disk`         | None    | None     | None     |
+| `clock`   | `NodeClocks`     | with `--clock`        | None    | None     | None     |
 
 `supported_faults` follows from them; a caller that needs one asks `if cluster.clock is None` and says why
 (`unsupported_reason`). `ClusterCore` is what the backends' mixins (`views.KafkaViews`,

@@ -40,6 +40,7 @@ from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
 from . import host, network, state
 from .base import StatefulCluster
+from .containers import ContainerNodes
 from .proxies import front_with_proxies
 from .external import free_ports
 from .state import ClusterState, ComposeEntry, NodeState
@@ -165,7 +166,7 @@ def _env_value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-class ComposeCluster(StatefulCluster):
+class ComposeCluster(ContainerNodes, StatefulCluster):
     """A running compose cluster. Use `ComposeCluster.up(config)`, or `backend.attach(name)`."""
 
     backend = "compose"
@@ -311,22 +312,6 @@ class ComposeCluster(StatefulCluster):
         log.info("compose cluster %s is down", self.name)
 
     # --- nodes ----------------------------------------------------------------
-    def _inspect_state(self, node_id: int) -> dict[str, Any]:
-        proc = de.docker("inspect", "--type", "container", "--format", "{{json .State}}",
-                         self.node(node_id).container, check=False)
-        return json.loads(proc.stdout) if proc.returncode == 0 else {}
-
-    def node_state(self, node_id: int) -> str:
-        st = self._inspect_state(node_id)
-        if st.get("Paused"):
-            return "paused"
-        return "running" if st.get("Running") else "dead"
-
-    def node_incarnation(self, node_id: int) -> str | None:
-        """The container's start time and pid: they change each time the node starts."""
-        st = self._inspect_state(node_id)
-        return f"{st.get('Pid')}:{st.get('StartedAt')}" if st.get("Running") else None
-
     def _attach(self, node_id: int) -> None:
         """Record how network faults enter the node's container: its (new) namespace named here
         (`netns`), or the container itself, entered through the engine (`engine`)."""
@@ -342,34 +327,6 @@ class ComposeCluster(StatefulCluster):
             link = NodeLink(namespace=f"docker:{node.container}", veth_host="", host_ip=host_ip, node_ip=node.ip)
         with state.update_node(self.name, node_id) as n:
             n.link = link
-
-    def start_node(self, node_id: int) -> None:
-        """Start a stopped node's container again (same data volume); no-op if it runs."""
-        if self.node_state(node_id) != "dead":
-            return
-        de.docker("start", self.node(node_id).container)
-        self._attach(node_id)
-        log.info("node %d started (container %s)", node_id, self.node(node_id).container)
-
-    def stop_node(self, node_id: int, graceful: bool = True, timeout_s: float = 30.0) -> None:
-        """`docker stop` (SIGTERM: a controlled shutdown, SIGKILL after `timeout_s`) or `docker kill`."""
-        container = self.node(node_id).container
-        if self.node_state(node_id) == "dead":
-            return
-        if self.node_state(node_id) == "paused":
-            de.docker("unpause", container)
-        try:
-            if graceful:
-                de.docker("stop", "--time", str(int(timeout_s)), container, timeout=timeout_s + 30)
-            else:
-                de.docker("kill", container)
-        except ClusterError:
-            if self.node_state(node_id) != "dead":
-                raise
-            log.info("node %d exited by itself while it was being stopped", node_id)  # e.g. a fatal fault
-        deadline = time.monotonic() + 10
-        while self.node_state(node_id) != "dead" and time.monotonic() < deadline:
-            time.sleep(0.1)
 
     def start_node_as(self, node_id: int, version: str, settings: dict) -> None:
         """Recreate a stopped node's container on `version`'s image with `settings` in its environment
@@ -388,38 +345,13 @@ class ComposeCluster(StatefulCluster):
         self._attach(node_id)
         log.info("node %d started (container %s, Kafka %s)", node_id, node.container, version)
 
-    def pause_node(self, node_id: int) -> None:
-        """`docker pause`: every process of the container frozen, its connections left open."""
-        de.docker("pause", self.node(node_id).container)
+    def _after_start(self, node_id: int) -> None:
+        self._attach(node_id)
 
-    def resume_node(self, node_id: int) -> None:
-        if self.node_state(node_id) == "paused":
-            de.docker("unpause", self.node(node_id).container)
-
-    def node_log(self, node_id: int) -> Path:
-        """The container's output so far, saved as the node's `server.log`."""
-        self._save_log(self.node(node_id))
-        return super().node_log(node_id)
-
-    def _save_log(self, node: NodeState, path: Path | None = None) -> None:
-        proc = de.docker("logs", node.container, check=False, timeout=60)
-        if proc.returncode == 0:
-            path = path or self.node_dir(node.id) / "server.log"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(proc.stdout + proc.stderr)
+    def _metadata_dir(self, node: NodeState) -> str:
+        return DATA_DIR
 
     # --- cluster-wide views ---------------------------------------------------
-    def read_quorum_state(self, node_id: int) -> dict | None:
-        proc = de.docker("exec", self.node(node_id).container, "cat",
-                         f"{DATA_DIR}/__cluster_metadata-0/quorum-state", check=False, timeout=20)
-        try:
-            return json.loads(proc.stdout) if proc.returncode == 0 else None
-        except json.JSONDecodeError:
-            return None
-
-    def log_hint(self, node_id: int) -> str:
-        return f"`docker logs {self.node(node_id).container}`"
-
     def node_status(self, node: NodeState) -> dict[str, Any]:
         node_state = self.node_state(node.id)
         return {"id": node.id, "roles": node.roles, "address": node.address, "namespace": node.namespace,

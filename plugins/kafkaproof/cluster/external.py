@@ -131,8 +131,9 @@ class ExternalCluster(StatefulCluster):
 
     def __init__(self, name: str):
         super().__init__(name)
-        if state.load_state(name).backend != "external":
-            raise ClusterError(f"cluster {name!r} is a local cluster, not an existing one")
+        found = state.load_state(name).backend
+        if found != self.backend:
+            raise ClusterError(f"cluster {name!r} is a {found} cluster, not an {self.backend} one")
 
     @classmethod
     def up(cls, bootstrap: str, name: str, proxy: bool = True, proxy_host: str = LOOPBACK,

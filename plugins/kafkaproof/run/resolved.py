@@ -16,6 +16,7 @@ from typing import Any
 from ..cluster.reuse import config_key
 from ..errors import KafkaproofError
 from ..faults import check_scenario_faults
+from ..spec.attach import check_attach
 from ..spec.clients import ClientConfigError, apply_overrides, environment_overrides
 from ..spec.cluster import ClusterConfig, cluster_config
 from ..spec.scenario import Scenario
@@ -25,7 +26,8 @@ from ..spec.scenario import Scenario
 class Overrides:
     """What a run changes of its scenario file: message scale, Kafka version, broker count, an existing
     cluster (`bootstrap`), the backend, the client every producer and consumer runs, the version every
-    rolling upgrade goes to, the seed of a random schedule (when the file gives none)."""
+    rolling upgrade goes to, the seed of a random schedule (when the file gives none), a running compose
+    project to attach to."""
 
     messages: int | None = None
     kafka_version: str | None = None
@@ -35,6 +37,7 @@ class Overrides:
     client: str | None = None
     upgrade_to: str | None = None
     seed: int | None = None
+    attach_project: str | None = None  # a running compose project of the user's (cluster.attach)
 
     def merged(self, **more: Any) -> "Overrides":
         """These overrides with those of `more` that are not None on top."""
@@ -105,9 +108,10 @@ def resolve(scenario: Scenario, overrides: Overrides = Overrides()) -> ResolvedS
     from .client_config import check_client_config
     overridden = scenario.with_overrides(overrides.messages, overrides.kafka_version, overrides.brokers,
                                          overrides.bootstrap, overrides.backend, overrides.client,
-                                         overrides.upgrade_to)
+                                         overrides.upgrade_to, overrides.attach_project)
     # drawn once, recorded, replayable
     drawn = overridden.with_random_schedule(overrides.seed, known_nodes=not overrides.bootstrap)
+    check_attach(drawn.data, str(drawn.path))  # a random schedule's drawn kinds too
     check_scenario_faults(drawn)  # the proxy's own rule parser, before anything starts
     check_client_config(drawn)  # the client's own property names
     try:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from .. import __version__
 from ..paths import state_dir
+from ..cluster.attached import NOT_YET, AttachedCluster
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster import docker_engine as de
 from ..cluster.heal import now
@@ -69,6 +70,7 @@ class RunOptions:
     client_config: dict | None = None  # how clients connect to it (security settings; spec.connection)
     cluster_name: str | None = None
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
+    faults_hit_attached: bool = False  # the user agreed that faults hit their attached compose project
     progress_interval_s: float = 2.0
     control: str | None = None  # fault tasks of another process time the faults (run/control.py)
 
@@ -215,6 +217,15 @@ class ScenarioRun:
                     raise KafkaproofError(f"the scenario needs the fault proxy but cluster "
                                           f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
             stack.callback(self._copy_node_logs)
+        elif data["cluster"].get("attach"):
+            self._refuse_unsupported(AttachedCluster.supported_faults, "attached")
+            if not self.options.faults_hit_attached:
+                raise KafkaproofError(f"the scenario's faults would hit your compose project {data['cluster']['attach']}"
+                                      f": run it with --i-understand-faults-hit-this-cluster")
+            with self.phase("provision"):
+                self.cluster = AttachedCluster.up(data["cluster"]["attach"],
+                                                  self.options.cluster_name or f"att-{uuid.uuid4().hex[:6]}")
+            stack.callback(self._teardown)  # detach: healed, kafkaproof's topic and group deleted, brokers back
         elif self.resolved.bootstrap is None:
             cfg = self.resolved.cluster_config(self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")
             self._refuse_unsupported(backend_class(cfg.backend).supported_for(), cfg.backend)
@@ -260,6 +271,8 @@ class ScenarioRun:
         refused = unsupported_faults(kinds, supported)
         if not refused:
             return
+        if backend == "attached":
+            raise KafkaproofError(f"faults {', '.join(refused)}: {NOT_YET}")
         if backend == "external":
             raise KafkaproofError(f"faults {', '.join(refused)} need the local cluster backend; on an existing "
                                   f"cluster (--bootstrap) only proxy, consumer and app faults apply")

@@ -22,7 +22,7 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import random_faults
+from . import attach as attach_spec, random_faults
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
@@ -93,6 +93,7 @@ SCHEMA: dict[str, Any] = {
                                  "description": "compose backend: your own compose file instead of "
                                                 "compose/<topology>.yml (relative to this scenario file), keeping "
                                                 "kafkaproof's service names, addresses and labels (docs/compose.md)"},
+                "attach": attach_spec.SCHEMA,
                 "image": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$",
                           "description": "compose backend: the Kafka image (default kafkaproof/kafka:<kafka_version>, "
                                          "built locally); any image configured like apache/kafka"},
@@ -376,10 +377,11 @@ class Scenario:
     def with_overrides(self, messages: int | None = None, kafka_version: str | None = None,
                        brokers: int | None = None, bootstrap: str | None = None,
                        backend: str | None = None, client: str | None = None,
-                       upgrade_to: str | None = None) -> "Scenario":
+                       upgrade_to: str | None = None, attach: str | None = None) -> "Scenario":
         """The scenario with a run's overrides applied (message scale, Kafka version, broker count, backend,
         the client every producer and consumer runs: a client matrix runs a scenario once per client;
-        `upgrade_to`: the version every rolling_upgrade of the timeline rolls to).
+        `upgrade_to`: the version every rolling_upgrade of the timeline rolls to; `attach`: a running compose
+        project of the user's, checked as `cluster.attach` is).
 
         The result is checked again like a scenario file, so an override the scenario cannot take
         (e.g. fewer brokers than its replication factor, or a broker count for an existing cluster
@@ -389,6 +391,8 @@ class Scenario:
             raise ScenarioError(f"{self.path}: cluster.brokers (override): a broker count applies to the local "
                                 f"cluster only; the existing cluster at {bootstrap} has the brokers it has")
         data = copy.deepcopy(self.data)
+        if attach is not None:
+            data = attach_spec.with_attach(data, attach, str(self.path))
         if messages is not None:
             workload = data["application"]["drive"] if data.get("application") else data["producers"]
             workload["messages"] = messages
@@ -514,10 +518,11 @@ def _check_semantics(data: dict, source: str) -> None:
         check_version(str(data["cluster"]["kafka_version"]))
     except Exception as e:
         fail("cluster.kafka_version", str(e))
+    attach_spec.check_attach(data, source)
     brokers = data["cluster"]["brokers"]
     controllers = data["cluster"]["controllers"]
     node_ids = list(range(1, brokers + 1)) + list(range(101, 101 + controllers))
-    if data["cluster"].get("backend") == "compose":
+    if data["cluster"].get("backend") == "compose" and not data["cluster"].get("attach"):
         try:
             compose_topology(brokers, controllers)
         except ClusterError as e:

@@ -87,6 +87,7 @@ def _save(name: str, **fields) -> None:
     ("compose", {"proxy": True}, {"nodes", "proxies"}),
     ("external", {}, set()),
     ("external", {"proxy": True, "bootstrap": "kafka-a:9092"}, {"proxies"}),
+    ("attached", {"bootstrap": "localhost:9092"}, {"nodes"}),
 ])
 def test_capabilities_are_present_or_none_never_raising(tmp_path, monkeypatch, backend, fields, present):
     monkeypatch.setenv("KAFKAPROOF_STATE", str(tmp_path))

@@ -69,3 +69,12 @@ PIPELINE_TABLES: dict[str, pa.Schema] = {
     "output_audit": OUTPUT_AUDIT,
     "pipeline_partitions": PIPELINE_PARTITIONS,
 }
+
+
+# The scenario's `claims.exactly_once_pipeline` (spec/scenario.py's schema): what the claim says, beside its ledger.
+CLAIM_SCHEMA: dict = {
+    "type": "object", "additionalProperties": False, "properties": {},
+    "description": "a read-process-write copier is exactly once: every input value of a committed transaction in "
+                   "the committed output once, read_committed readers see no aborted or uncommitted output, "
+                   "committed input offsets agree with committed outputs, no transaction hangs; judged on the "
+                   "pipeline ledger (not applicable without it, never a pass)"}

@@ -22,7 +22,7 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import attach as attach_spec, random_faults
+from . import attach as attach_spec, pipeline_ledger, random_faults
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
@@ -199,13 +199,7 @@ SCHEMA: dict[str, Any] = {
                     "type": "object", "additionalProperties": False, "properties": {},
                     "description": "no consumer group processes a value more than once (an idempotent consumer), "
                                    "whatever copies the log holds: forbids `reprocessed`"},
-                "exactly_once_pipeline": {
-                    "type": "object", "additionalProperties": False, "properties": {},
-                    "description": "a read-process-write copier is exactly once: every input value of a committed "
-                                   "transaction in the committed output once, read_committed readers see no aborted "
-                                   "or uncommitted output, committed input offsets agree with committed outputs, no "
-                                   "transaction hangs; judged on the pipeline ledger (not applicable without it, "
-                                   "never a pass)"}}},
+                "exactly_once_pipeline": pipeline_ledger.CLAIM_SCHEMA}},
         "exercised": {
             "type": "array",
             "description": "conditions that make the scenario's check meaningful; one not met makes the run an error",

@@ -25,6 +25,7 @@ change of these settings takes effect at the next parse, not through a DAG run's
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -189,10 +190,13 @@ def layout_from(lookup: Callable[[str], str | None], here: str | None = None) ->
 
 def settings_lookup(env: Mapping[str, str]) -> Callable[[str], str | None]:
     """A setting from `env`, else from the Airflow Variable of its name in lower case (None when Airflow, or the
-    Variable, is not there)."""
+    Variable, is not there). Airflow is asked only when it runs this process or `AIRFLOW_HOME` names one: the
+    CLI elsewhere must not create a default Airflow home."""
     def lookup(name: str) -> str | None:
         if name in env:
             return env[name]
+        if "airflow" not in sys.modules and "AIRFLOW_HOME" not in env:
+            return None
         try:
             from airflow.sdk import Variable
             return Variable.get(name.lower(), default=None)

@@ -112,3 +112,18 @@ def test_a_run_directory_the_analysis_cannot_see_is_an_error_naming_path_and_hos
     with pytest.raises(AnalysisError, match=rf"not visible on host spark-host.*{tmp_path}/run-2 \(written on host w2\)"):
         pipeline.check_runs_visible([{"run_dir": str(seen), "status": "complete", "host": "w1"},
                                      {"run_dir": str(tmp_path / "run-2"), "status": "complete", "host": "w2"}])
+
+
+def test_the_cli_prints_the_pools_the_setup_creates(capsys, monkeypatch):
+    from kafkaproof import cli
+    monkeypatch.delenv("AIRFLOW_HOME", raising=False)
+    monkeypatch.setenv("KAFKAPROOF_HOSTS", "w1,w2")
+    monkeypatch.setenv("KAFKAPROOF_HOST_SLOTS", "w2=2")
+    assert cli.main(["hosts", "--pools"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "kafka_cluster_w1\t1\tKafka clusters on worker host w1 (queue kafkaproof-w1)",
+        "kafka_cluster_w2\t2\tKafka clusters on worker host w2 (queue kafkaproof-w2)"]
+    monkeypatch.setenv("KAFKAPROOF_HOSTS", "w1,w9")
+    monkeypatch.setenv("KAFKAPROOF_HOST_SLOTS", "w2=2")
+    assert cli.main(["hosts"]) == 2  # the error names the setting
+    assert "KAFKAPROOF_HOST_SLOTS names w2" in capsys.readouterr().err

@@ -100,8 +100,9 @@ class HostLayout:
         """The host of each run of a plan, in plan order.
 
         Runs linked by `keep_for_next` (they share one cluster) form a unit that stays on one host: the first
-        pin among them, else the next host that is up in round robin. A run pinned to another host than its
-        unit's starts a unit of its own (its cluster is then not shared).
+        pin among them, else the next host that is up in round robin, skipping hosts that already have more
+        runs than another (a unit of five shared-cluster runs counts five). A run pinned to another host than
+        its unit's starts a unit of its own (its cluster is then not shared).
         """
         up = [h.name for h in self.up]
         units: list[list[int]] = []
@@ -114,6 +115,7 @@ class HostLayout:
             else:
                 units.append([i])
         placed = [""] * len(names)
+        load = {h.name: 0 for h in self.hosts}
         turn = 0
         for unit in units:
             host = self._unit_pin(names, unit)
@@ -122,8 +124,11 @@ class HostLayout:
                     raise HostPlanError(f"every host is down (KAFKAPROOF_HOSTS_DOWN: "
                                         f"{', '.join(h.name for h in self.hosts)}): no host can take "
                                         f"{names[unit[0]]}; bring one back or pin the groups")
-                host = up[turn % len(up)]
-                turn += 1
+                # round robin, but a host a long shared-cluster unit made busy is skipped until the others caught up
+                order = up[turn % len(up):] + up[:turn % len(up)]
+                host = min(order, key=lambda h: load[h])
+                turn = up.index(host) + 1
+            load[host] += len(unit)
             for i in unit:
                 placed[i] = host
         return placed

@@ -52,6 +52,9 @@ def test_groups_sharing_a_cluster_stay_on_one_host_and_pins_win():
     two = hosts.layout("w1,w2", pins="c=w1,d=w2")
     # a,b share a cluster; c is pinned to w1; d pinned to w2 although it shares with c (its own cluster then)
     assert two.assign(["a", "b", "c", "d", "e"], [True, False, True, False, False]) == ["w1", "w1", "w1", "w2", "w2"]
+    # a host a long shared-cluster unit keeps busy gets the next groups only when the others caught up
+    assert hosts.layout("w1,w2").assign(list("abcdefg"), [True, True, False, False, False, False, False]) == [
+        "w1", "w1", "w1", "w2", "w2", "w2", "w1"]
     # an unpinned unit follows the pin of one of its members
     assert hosts.layout("w1,w2", pins="y=w2").assign(["x", "y"], [True, False]) == ["w2", "w2"]
     # a pin to a host that is down still holds (the tasks wait on its queue)

@@ -7,7 +7,9 @@ or `kafkaproof.pipeline`. What crosses XCom to a run's tasks is its `ResolvedSce
 Every DAG has one shape: the scenarios run one after another (provision → run → teardown, one cluster
 at a time; in the nightly DAG each fault of a scenario is a task of its own beside the workload, and
 scenarios asking for the same cluster run next to each other on one cluster, checked clean before each
-reuse), then one SparkSubmitOperator analyses every complete run of the DAG run (`spark_default` decides where),
+reuse; with several worker hosts, `kafkaproof.hosts`, each host runs its share of the groups one after
+another, every task of a group on its host's queue and pool), then one SparkSubmitOperator analyses
+every complete run of the DAG run (`spark_default` decides where; it holds no cluster slot),
 then each run is judged (validate → compare with history → report, mapped per scenario), then
 the gate (or the version comparison).
 """
@@ -20,7 +22,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, Param, dag, get_current_context, setup, task, task_group, teardown
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
-from kafkaproof import batch, pipeline
+from kafkaproof import batch, hosts, pipeline
 from kafkaproof.analysis import application_path, job_py_files, spark_conf
 from kafkaproof.errors import KafkaproofError
 from kafkaproof.notify import WebhookNotifier
@@ -37,7 +39,9 @@ from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION, PRODUCTION_KAFKA_VER
 # another Airflow's dags folder next to a pip-installed kafkaproof. Its package goes along with --py-files.
 ANALYZE_APP = str(application_path())
 ANALYZE_PY_FILES = str(job_py_files())
-POOL = "kafka_cluster"  # one slot: two clusters must not share this host
+# The worker hosts, their queues and cluster pools (KAFKAPROOF_HOSTS..., env or Airflow Variable); one host:
+# the one-slot pool `kafka_cluster` on Airflow's default queue, as before.
+HOSTS = hosts.layout_from(hosts.settings_lookup(os.environ))
 NIGHTLY_SUITE = os.environ.get("KAFKAPROOF_SUITE", "nightly")
 NIGHTLY_SCHEDULE = os.environ.get("KAFKAPROOF_NIGHTLY_SCHEDULE", "0 2 * * *")
 # Soak runs (hours of load and random faults, scenarios tagged `soak`): weekly, Saturday morning.
@@ -151,19 +155,21 @@ def _group_id(name: str) -> str:
 def scenario_group(run: batch.PlannedRun):
     """provision (setup) → run_workload beside one task per fault of its timeline → teardown (always).
 
-    Returns the group, its run task's id and its fault tasks' ids. The fault tasks time the
+    Returns the group, its run task's id and its fault tasks' ids. Every task runs on the queue of the
+    run's host (`batch.place`); the cluster tasks hold a slot of its pool. The fault tasks time the
     scenario's faults from the workload's start (`pipeline.drive_fault`); they need an executor that
-    runs tasks concurrently, and stay out of the one-slot cluster pool the workload holds. With the
+    runs tasks concurrently, and stay out of the cluster pool the workload holds. With the
     `reuse_clusters` param, provision reuses a cluster an earlier group kept, and the teardown keeps the
     cluster when the plan says the next group asks for the same (`batch.provision_run`).
     """
     scenario, gid = run.scenario, _group_id(run.name)
     fault_ids = pipeline.fault_task_ids(scenario)
+    host = HOSTS.host(run.host)
 
     @task_group(group_id=gid)
     def group():
         @setup
-        @task(pool=POOL, retries=1, retry_delay=timedelta(seconds=30))  # a retry starts a fresh cluster
+        @task(**host.task_args(), retries=1, retry_delay=timedelta(seconds=30))  # a retry starts a fresh cluster
         def provision() -> dict:
             """Resolve the scenario once (overrides, schedule, checks) and start its cluster; both travel on in XCom."""
             params = get_current_context()["params"]
@@ -177,7 +183,7 @@ def scenario_group(run: batch.PlannedRun):
                 raise host_busy(e) from None
 
         # A run bounds itself (its timeout_s); the task outlives that bound a little, for heal, drain and assembly.
-        @task(pool=POOL, execution_timeout=max(DEFAULT_ARGS["execution_timeout"],
+        @task(**host.task_args(), execution_timeout=max(DEFAULT_ARGS["execution_timeout"],
                                               timedelta(seconds=float(scenario.data["timeout_s"]) + 600)))
         def run_workload(cluster: dict) -> dict:
             if cluster.get("error"):
@@ -190,16 +196,17 @@ def scenario_group(run: batch.PlannedRun):
             return _report_run(result)
 
         def fault_task(task_id: str, index: int):
-            @task(task_id=task_id)
+            @task(task_id=task_id, **host.queue_args())
             def fault(cluster: dict) -> dict:
-                """Inject and heal one fault of the timeline on the workload's schedule."""
+                """Inject and heal one fault of the timeline on the workload's schedule (on the run's host)."""
                 if cluster.get("error"):
                     raise AirflowSkipException(f"the scenario did not start: {cluster['error']}")
-                return pipeline.drive_fault(cluster["control"], index, FAULT_START_TIMEOUT_S)
+                return pipeline.drive_fault(cluster["control"], index, FAULT_START_TIMEOUT_S,
+                                            run_host=cluster.get("host"), queue=get_current_context()["ti"].queue)
             return fault
 
         @teardown  # runs whatever happened upstream
-        @task(pool=POOL)
+        @task(**host.task_args())
         def teardown_cluster(cluster: dict) -> None:
             if cluster:
                 pipeline.teardown(cluster.get("cluster"), cluster.get("control"), keep=bool(cluster.get("keep")))
@@ -242,11 +249,21 @@ def collect_runs(expected: list[dict], mapped_task: str | None = None) -> list[d
     return runs
 
 
+def runs_visible(context) -> None:
+    """Before the spark-submit: every complete run's directory is visible here (shared storage), else fail
+    naming the path and the host that wrote it (`pipeline.check_runs_visible`)."""
+    try:
+        pipeline.check_runs_visible(context["ti"].xcom_pull(task_ids="collect_runs") or [])
+    except KafkaproofError as e:
+        raise AirflowFailException(str(e)) from None
+
+
 def analyze_all(run_dirs) -> SparkSubmitOperator:
-    """One spark-submit for every complete run of the DAG run (`spark/analyze.py` takes many run directories)."""
+    """One spark-submit for every complete run of the DAG run (`spark/analyze.py` takes many run directories),
+    once every group finished; on any worker (the Spark master of `spark_default` runs it), in no cluster pool."""
     return SparkSubmitOperator(task_id="analyze", application=ANALYZE_APP, py_files=ANALYZE_PY_FILES,
-                               conn_id=SPARK_CONN, pool=POOL, name="kafkaproof-analyze", application_args=run_dirs,
-                               conf=spark_conf())
+                               conn_id=SPARK_CONN, name="kafkaproof-analyze", application_args=run_dirs,
+                               conf=spark_conf(), pre_execute=runs_visible)
 
 
 @task(trigger_rule="all_done", map_index_template="{{ scenario_label }}",  # also when the analysis failed
@@ -279,7 +296,7 @@ def gate(summaries: list[dict] | None = None, fault_tasks: list[str] | None = No
 
 
 def chain_groups(groups: list) -> None:
-    """Scenarios run one after another: the host has room for one cluster at a time.
+    """Scenarios of one host run one after another: the host has room for one cluster at a time.
 
     A group's teardown is not one of its leaves for `>>`, so it is chained to the next provision explicitly.
     """
@@ -321,16 +338,18 @@ def kafka_reliability_soak():
 
 
 def suite_tasks(suite: str) -> None:
-    """One group per run of the suite's plan, one after another, then collect → analyze → judge → gate."""
-    plan = batch.suite_plan(pipeline.suite(suite))
+    """One group per run of the suite's plan, each host's one after another (`batch.place`, `batch.lanes`), then
+    collect → analyze → judge → gate once every group finished."""
+    plan = batch.place(batch.suite_plan(pipeline.suite(suite)), HOSTS)
     built = [scenario_group(run) for run in plan.runs]
     groups = [group for group, _, _ in built]
-    chain_groups(groups)
     collected, summaries = judged([{"scenario": run.name, "task_id": run_task}
                                    for run, (_, run_task, _) in zip(plan.runs, built)])
-    if groups:
-        groups[-1] >> collected.operator
-        groups[-1].children[f"{groups[-1].group_id}.teardown_cluster"] >> collected.operator
+    for lane in batch.lanes(plan).values():
+        chain_groups([groups[i] for i in lane])
+        last = groups[lane[-1]]
+        last >> collected.operator
+        last.children[f"{last.group_id}.teardown_cluster"] >> collected.operator
     gate(summaries, fault_tasks=[task_id for _, _, fault_tasks in built for task_id in fault_tasks], page=plan.page)
 
 
@@ -341,11 +360,11 @@ def _catalog_names() -> list[str]:
         return []
 
 
-@task(pool=POOL, max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30),
+@task(**HOSTS.home.task_args(), max_active_tis_per_dag=1, execution_timeout=timedelta(minutes=30),
       map_index_template="{{ scenario_label }}")
 def run_scenario(run: dict) -> dict:
-    """provision → run → teardown (always) for one resolved run of a mapped plan (`batch.resolved_items`); the
-    analysis comes after all of them."""
+    """provision → run → teardown (always) for one resolved run of a mapped plan (`batch.resolved_items`), on the
+    first worker host that is up; the analysis comes after all of them."""
     ctx = get_current_context()
     ctx["scenario_label"] = run["scenario"] + (f" ({run['label']})" if run.get("label") else "")
     params = ctx["params"]

@@ -34,3 +34,12 @@ export KAFKAPROOF_RUNS="${KAFKAPROOF_RUNS:-$_kp_root/runs}"
 # SparkSubmitOperator runs `spark-submit` from PATH.
 case ":$PATH:" in *":$_kp_root/.venv/bin:"*) ;; *) export PATH="$_kp_root/.venv/bin:$PATH" ;; esac
 unset _kp_root
+# The cluster pools of the worker hosts (`kafkaproof hosts --pools`): one host (the default) is the one-slot
+# `kafka_cluster`; with KAFKAPROOF_HOSTS=a,b one pool kafka_cluster_<host> each, KAFKAPROOF_HOST_SLOTS slots.
+kafkaproof_pools() {
+  local pools name slots description
+  pools=$(kafkaproof hosts --pools) || return 1
+  while IFS=$'\t' read -r name slots description; do
+    airflow pools set "$name" "$slots" "$description" >/dev/null
+  done <<<"$pools"
+}

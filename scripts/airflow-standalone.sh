@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # `make airflow`: Airflow's UI, scheduler and api-server for this checkout (`airflow standalone`, UI on
 # :8080, its admin password in .airflow/simple_auth_manager_passwords.json.generated), with the
-# database migrated and the one-slot `kafka_cluster` pool the DAGs' cluster tasks share. Stopping it
+# database migrated and the one-slot `kafka_cluster` pool the DAGs' cluster tasks share (with several worker
+# hosts, KAFKAPROOF_HOSTS, a pool per host: `kafkaproof_pools`, scripts/airflow-env.sh). Stopping it
 # (Ctrl-C, SIGTERM) also tears down the pipeline clusters its DAG runs started: their tasks died with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/airflow-env.sh
 airflow db migrate >/dev/null 2>&1 || airflow db migrate
-airflow pools set kafka_cluster 1 "one Kafka cluster per host" >/dev/null
+kafkaproof_pools
 echo "[airflow] Airflow home $AIRFLOW_HOME; UI on http://localhost:$AIRFLOW__API__PORT"
 # `airflow standalone` stops its components only on SIGINT (SIGTERM kills it alone and leaves its scheduler
 # and api-server running), and a background job of a script starts with SIGINT ignored: restore it, and

@@ -11,7 +11,7 @@ export KAFKAPROOF_SUITE="${SUITE:-nightly}"
 echo "[run] Airflow home $AIRFLOW_HOME; suite '$KAFKAPROOF_SUITE':"
 kafkaproof scenario list --tag "$KAFKAPROOF_SUITE" | sed 's/^/[run]   /'
 airflow db migrate >/dev/null 2>&1 || airflow db migrate
-airflow pools set kafka_cluster 1 "one Kafka cluster per host" >/dev/null
+kafkaproof_pools
 ensure_api_server
 started=$(date +%s)
 status=0

@@ -22,6 +22,8 @@ from typing import Any
 from . import pipeline
 from .cluster import reuse as cluster_reuse
 from .errors import ScenarioError
+from .hosts import HostLayout
+from .paths import this_host
 from .run.resolved import Overrides, ResolvedScenario, resolve
 from .spec.scenario import Scenario
 
@@ -39,6 +41,7 @@ class PlannedRun:
     label: str = ""
     overrides: Overrides = Overrides()
     keep_for_next: bool = False
+    host: str = ""  # the worker host of its group (`place`); "" before placement
 
     @property
     def name(self) -> str:
@@ -55,6 +58,23 @@ class BatchPlan:
     def resolved_items(self) -> list[dict[str, Any]]:
         """Every run resolved once, as it crosses XCom to the task that runs it (`resolve_run`)."""
         return [resolve_run(run) for run in self.runs]
+
+
+def place(plan: BatchPlan, layout: HostLayout) -> BatchPlan:
+    """The plan with each run's worker host (`hosts.HostLayout.assign`: runs sharing a cluster on one host, the
+    others round robin or pinned); a run keeps its cluster for the next only when the next runs on its host."""
+    placed = layout.assign([run.name for run in plan.runs], [run.keep_for_next for run in plan.runs])
+    return dataclasses.replace(plan, runs=[
+        dataclasses.replace(run, host=host, keep_for_next=run.keep_for_next and placed[i + 1:i + 2] == [host])
+        for i, (run, host) in enumerate(zip(plan.runs, placed))])
+
+
+def lanes(plan: BatchPlan) -> dict[str, list[int]]:
+    """The indexes of a placed plan's runs per host, in plan order: each host runs its groups one after another."""
+    by_host: dict[str, list[int]] = {}
+    for i, run in enumerate(plan.runs):
+        by_host.setdefault(run.host, []).append(i)
+    return by_host
 
 
 def matrix_page(clients: list[str] | None) -> str:
@@ -119,7 +139,7 @@ def provision_run(run: PlannedRun, batch_id: str, key: str, overrides: Overrides
     `overrides`, make its fault tasks' control directory (with `fault_tasks`), start its cluster — or
     with `reuse` reuse the one an earlier run of the batch kept (`cluster.reuse.shared_cluster_name`) — and
     return what its run, fault and teardown tasks get: `{"resolved", "cluster", "bootstrap", "control",
-    "keep"}` (`keep`: its teardown keeps the cluster for the next run), or `{"error"}` when the scenario
+    "keep", "host"}` (`host`: where the run is, `paths.this_host`, which its fault tasks check) (`keep`: its teardown keeps the cluster for the next run), or `{"error"}` when the scenario
     cannot take the overrides (no cluster). `key` names its cluster and control directory in the batch.
     HostBusy when another pipeline's cluster runs and `wait` is False.
     """
@@ -129,13 +149,14 @@ def provision_run(run: PlannedRun, batch_id: str, key: str, overrides: Overrides
         return {"cluster": None, "bootstrap": None, "error": str(e)}
     control = pipeline.fault_control(batch_id, key) if fault_tasks else None
     if resolved.bootstrap:
-        return {"cluster": None, "bootstrap": resolved.bootstrap, "resolved": resolved.to_dict(), "control": control}
+        return {"cluster": None, "bootstrap": resolved.bootstrap, "resolved": resolved.to_dict(), "control": control,
+                "host": this_host()}
     name = (cluster_reuse.shared_cluster_name(batch_id, resolved.cluster_key) if reuse
             else cluster_reuse.cluster_name_for(batch_id, key))
     cluster = pipeline.provision(resolved, name, reuse=reuse, owner=pipeline.pipeline_owner(batch_id),
                                  dagrun_state=dagrun_state, wait=wait)
     return {**cluster, "resolved": resolved.to_dict(), "control": control, "reuse": reuse,
-            "keep": run.keep_for_next and reuse}
+            "keep": run.keep_for_next and reuse, "host": this_host()}
 
 
 @dataclass(frozen=True)

@@ -419,6 +419,24 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_hosts(args) -> int:
+    """The worker hosts of the DAGs (`kafkaproof.hosts`): queues and pools, or with --pools the pools to create
+    (name, slots, description; tab-separated, what the setup gives `airflow pools set`)."""
+    import os
+    from .hosts import layout_from, settings_lookup
+    layout = layout_from(settings_lookup(os.environ))
+    for name, slots, description in layout.pools():
+        if args.pools:
+            print(f"{name}\t{slots}\t{description}")
+    if not args.pools:
+        for h in layout.hosts:
+            print(f"{h.name:<24} queue {h.queue or '(default)':<28} pool {h.pool} ({h.slots} slot"
+                  f"{'s' if h.slots > 1 else ''}){'' if h.up else ' DOWN'}")
+        for scenario, host in sorted(layout.pins.items()):
+            print(f"pinned: {scenario} -> {host}")
+    return 0
+
+
 def cmd_history(args) -> int:
     from .verdict import history
     rows = history.runs(scenario=args.scenario, kafka_version=args.kafka_version, limit=args.limit)
@@ -694,6 +712,11 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--json", action="store_true", help="print JSON (the inventory and client settings; the plan; the "
                                                         "audit.json document)")
     au.set_defaults(func=cmd_audit)
+
+    ho = sub.add_parser("hosts", help="the DAGs' worker hosts: their queues and cluster pools (KAFKAPROOF_HOSTS, ...)")
+    ho.add_argument("--pools", action="store_true", help="print the pools to create: name, slots, description "
+                                                         "(tab-separated)")
+    ho.set_defaults(func=cmd_hosts)
 
     sc = sub.add_parser("scenario", help="validate and list scenario files")
     scsub = sc.add_subparsers(dest="scenario_command", required=True)

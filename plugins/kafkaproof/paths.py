@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -26,6 +27,12 @@ def state_dir() -> Path:
 def runs_dir() -> Path:
     """Default parent of run directories: `$KAFKAPROOF_RUNS` or `./runs`."""
     return Path(os.environ.get("KAFKAPROOF_RUNS") or "runs")
+
+
+def this_host() -> str:
+    """The kafkaproof host this process runs on: `$KAFKAPROOF_HOST` (two workers of one machine standing in
+    for two hosts, or a host name other than the machine's) or the machine's host name."""
+    return os.environ.get("KAFKAPROOF_HOST") or socket.gethostname()
 
 
 PACKAGE_DIR = Path(__file__).resolve().parent

@@ -23,8 +23,8 @@ from .cluster import attach, start_cluster, state
 from .cluster import reuse as cluster_reuse
 from .cluster.process import start_ticks
 from .cluster.reuse import AIRFLOW_CLUSTER_PREFIX, cluster_name_for, release_kept_clusters
-from .errors import ClusterError, KafkaproofError, ScenarioError
-from .paths import runs_dir, scenarios_dir
+from .errors import AnalysisError, ClusterError, KafkaproofError, ScenarioError
+from .paths import runs_dir, scenarios_dir, this_host
 from .run.resolved import Overrides, ResolvedScenario, resolve
 from .spec.scenario import Scenario, load, load_catalog
 from .verdict.summary import client_differences, gate, summarize, upgrade_differences  # noqa: F401 (gate: re-exported)
@@ -285,7 +285,7 @@ def run(resolved: ResolvedScenario, out: str | None = None, cluster_name: str | 
                          proxy_listen=proxy_listen)
     result = ScenarioRun(resolved, options).execute()
     return {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status, "error": result.error,
-            "scenario": resolved.name}
+            "scenario": resolved.name, "host": this_host()}
 
 
 def teardown(cluster_name: str | None, control: str | None = None, keep: bool = False) -> None:
@@ -334,11 +334,14 @@ def fault_task_ids(scenario: Scenario) -> list[str]:
     return ids
 
 
-def drive_fault(control: str, index: int, start_timeout_s: float = 1800.0) -> dict:
+def drive_fault(control: str, index: int, start_timeout_s: float = 1800.0, run_host: str | None = None,
+                queue: str | None = None) -> dict:
     """A fault task: inject and heal `faults[index]` of the run behind `control` on that run's schedule;
-    returns when it landed and how late against the schedule (FaultError if it could not)."""
+    returns when it landed and how late against the schedule (FaultError if it could not, or if this task runs
+    on another host than `run_host`, the run's, scheduled on `queue`)."""
     from .run.control import drive_fault as drive
-    return drive(control, index, start_timeout_s, log=lambda line: log.info("%s", line))
+    return drive(control, index, start_timeout_s, log=lambda line: log.info("%s", line), run_host=run_host,
+                 queue=queue)
 
 
 def fault_timing(results: list[dict | None]) -> str | None:
@@ -426,6 +429,18 @@ def run_scenario(resolved: ResolvedScenario, batch_id: str, label: str = "", cli
 def analyzable(runs: list[dict | None]) -> list[str]:
     """Run directories of the complete runs: what the batch's one spark-submit analyses."""
     return [r["run_dir"] for r in runs if r and r.get("status") == "complete" and r.get("run_dir")]
+
+
+def check_runs_visible(runs: list[dict | None]) -> None:
+    """The analysis reads the run directories from shared storage: AnalysisError naming each complete run's
+    directory this host cannot see and the host that wrote it (`host` of the run dict), never a silent skip."""
+    here = this_host()
+    unseen = [f"{d} (written on host {r.get('host') or 'unknown'})" for r in runs
+              if r and (d := r.get("run_dir")) and r.get("status") == "complete" and not Path(d).is_dir()]
+    if unseen:
+        raise AnalysisError(f"run directories not visible on host {here}, where the analysis runs: "
+                            f"{'; '.join(unseen)}. KAFKAPROOF_RUNS must be a filesystem shared by every worker "
+                            f"host and mounted at the same path everywhere (README, Scale-out on Celery)")
 
 
 def judge(run: dict, batch_id: str) -> dict:

@@ -108,7 +108,7 @@ def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
         dag_tasks = {t.task_id: t for t in bag.get_dag(dag_id).tasks}
         # one spark-submit per DAG run, through the operator spark_default configures
         assert [t for t, op in dag_tasks.items() if type(op).__name__ == "SparkSubmitOperator"] == ["analyze"]
-        assert dag_tasks["analyze"].pool == "kafka_cluster"
+        assert dag_tasks["analyze"].pool == "default_pool"  # the analysis holds no cluster slot
         assert dag_tasks["analyze"].upstream_task_ids == {"collect_runs"}
         assert dag_tasks["collect_runs"].trigger_rule == dag_tasks["judge"].trigger_rule == "all_done"
         assert {"analyze", "collect_runs"} == dag_tasks["judge"].upstream_task_ids
@@ -133,6 +133,39 @@ def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
     assert [a.name for a in tasks["gate"].outlets] == ["kafkaproof_batch_report"]
     assert type(tasks["gate"].on_failure_callback[0]).__name__ == "WebhookNotifier"
     assert tasks["baseline.provision"].retries == 1
+
+
+def test_with_two_hosts_every_task_of_a_group_runs_on_its_hosts_queue_and_pool(airflow_home, monkeypatch):
+    monkeypatch.setenv("KAFKAPROOF_HOSTS", "w1,w2")
+    monkeypatch.setenv("KAFKAPROOF_HOST_PINS", "baseline=w2")
+    bag = dagbag(airflow_home)
+    assert bag.import_errors == {}
+    nightly = bag.get_dag("kafka_reliability_nightly")
+    groups: dict[str, list] = {}
+    for t in nightly.tasks:
+        if "." in t.task_id:
+            groups.setdefault(t.task_id.split(".")[0], []).append(t)
+    hosts_used = set()
+    for gid, tasks in groups.items():
+        queues = {t.queue for t in tasks}
+        assert len(queues) == 1, f"{gid}: tasks on queues {queues}"
+        host = queues.pop().removeprefix("kafkaproof-")
+        hosts_used.add(host)
+        for t in tasks:  # the cluster tasks hold a slot of the host's pool; fault tasks run beside, no slot
+            fault = not t.task_id.endswith((".provision", ".run_workload", ".teardown_cluster"))
+            assert t.pool == ("default_pool" if fault else f"kafka_cluster_{host}"), t.task_id
+    assert hosts_used == {"w1", "w2"} and groups["baseline"][0].queue == "kafkaproof-w2"  # round robin; the pin
+    assert any(not t.task_id.endswith((".provision", ".run_workload", ".teardown_cluster"))
+               for tasks in groups.values() for t in tasks)  # fault tasks were checked too
+    tasks = {t.task_id: t for t in nightly.tasks}
+    # each host runs its groups one after another; the analysis waits for both hosts' last teardown
+    for host in ("w1", "w2"):
+        teardowns = [t for t in tasks if t.endswith(".teardown_cluster") and tasks[t].queue == f"kafkaproof-{host}"]
+        assert teardowns[-1] in tasks["collect_runs"].upstream_task_ids
+    assert tasks["analyze"].pool == "default_pool" and tasks["analyze"].queue == tasks["collect_runs"].queue
+    for dag_id in ("kafka_reliability_manual", "kafka_upgrade_check"):  # one task per run: the first host
+        run_scenario = bag.get_dag(dag_id).get_task("run_scenario")
+        assert (run_scenario.queue, run_scenario.pool) == ("kafkaproof-w1", "kafka_cluster_w1")
 
 
 def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_home, monkeypatch, tmp_path):

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import controlsock
 from ..errors import FaultError
-from ..paths import state_dir, write_text_atomic
+from ..paths import state_dir, this_host, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -203,14 +203,27 @@ def _sleep_until(control: RunControl, mono_s: float) -> None:
         time.sleep(min(left, 0.5))
 
 
-def drive_fault(name: str, index: int, start_timeout_s: float = 1800.0, log=print) -> dict[str, Any]:
+def check_same_host(name: str, index: int, run_host: str | None, queue: str | None) -> None:
+    """A fault task drives its run through files of the run's host: FaultError, naming both hosts and the
+    queue, when this task runs on another host than `run_host` (its group's tasks must share a queue)."""
+    here = this_host()
+    if run_host and run_host != here:
+        raise FaultError(
+            f"faults[{index}] of {name}: this fault task runs on host {here}, its run on host {run_host}; a fault "
+            f"task must run where its run is (it was scheduled on queue {queue or 'default'}: every task of a "
+            f"scenario group must carry its host's queue, and only that host's worker may serve it)")
+
+
+def drive_fault(name: str, index: int, start_timeout_s: float = 1800.0, log=print, run_host: str | None = None,
+                queue: str | None = None) -> dict[str, Any]:
     """A fault task: the timeline entry `faults[index]` of the run `name`, timed from its start mark.
 
     Waits for the start, sleeps until the entry's `at`, asks the run to inject it (the run awaits
     its trigger, if any), waits out its `duration` and asks for the heal. Returns what happened,
     with the injection's lateness against the schedule; FaultError when the run could not inject
-    it or ended first.
+    it or ended first; at once when this task runs on another host than `run_host` (`check_same_host`).
     """
+    check_same_host(name, index, run_host, queue)
     control = RunControl(name)
     control.mark_ready(index)
     start = control.wait_started(start_timeout_s)

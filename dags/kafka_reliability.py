@@ -486,7 +486,7 @@ def kafka_cluster_audit():
         except KafkaproofError as e:  # input to fix, not a task to retry
             raise AirflowFailException(str(e)) from None
 
-    @task(pool=POOL, execution_timeout=AUDIT_TIMEOUT)
+    @task(**HOSTS.home.task_args(), execution_timeout=AUDIT_TIMEOUT)  # replicas: a cluster slot of the first host up
     def run_audit(found: dict) -> dict:
         """The audit (`kafkaproof.audit.run_audit`) into $KAFKAPROOF_RUNS/audits/<run id>: replicas, fixes, pages."""
         from kafkaproof.audit import AuditRequest, run_audit as audit

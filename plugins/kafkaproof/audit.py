@@ -203,26 +203,12 @@ def matrix_faults(faults: Sequence[str]) -> tuple[str, ...]:
 
 
 def read_inputs(request: AuditRequest) -> tuple[str, dict[str, Any], ClientSettings | None]:
-    """(bootstrap, connection config, the team's client settings) from the request's files; errors naming
-    the file and what is wrong."""
-    from .run.client_config import settings_with_unknown_names
-    from .spec.client_settings import read_client_settings
-    from .spec.connection import read_client_config
-    settings = None
-    if request.app_config:
-        settings = settings_with_unknown_names(read_client_settings(request.app_config, request.app_format,
-                                                                    request.app_role or "both"))
-    bootstrap, connection = request.bootstrap, {}
-    if request.client_config:
-        from_file, connection, left_out = read_client_config(request.client_config)
-        if left_out:
-            log.info("--client-config %s: %s left out", request.client_config, ", ".join(left_out))
-        bootstrap = bootstrap or from_file
-    bootstrap = bootstrap or (settings.bootstrap if settings else None)
-    if not bootstrap:
-        raise ScenarioError("kafkaproof audit: name the cluster with --bootstrap (or bootstrap.servers in "
-                            "--client-config, or the bootstrap servers of --app-config)")
-    return bootstrap, connection, settings
+    """(bootstrap, connection config, the team's client settings) from the request's files
+    (`run.client_config.audit_inputs`); errors naming the file and what is wrong."""
+    from .run.client_config import audit_inputs
+    return audit_inputs(request.bootstrap, None, request.client_config, request.app_config, request.app_format,
+                        request.app_role, "kafkaproof audit: name the cluster with --bootstrap (or bootstrap.servers "
+                                          "in --client-config, or the bootstrap servers of --app-config)")
 
 
 # --- running -------------------------------------------------------------------------------------

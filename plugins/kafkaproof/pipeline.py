@@ -495,24 +495,15 @@ def audit_discovery(bootstrap: str | None, connection: Mapping[str, Any] | None,
 
     Logs the inventory, the settings and the findings; returns a summary for XCom (no credentials)."""
     from .cluster.discovery import discover
-    from .run.client_config import settings_with_unknown_names
+    from .run.client_config import audit_inputs
     from .spec.audit_findings import audit_findings
     from .spec.audit_plan import plan_audit, plan_text
-    from .spec.client_settings import read_client_settings, settings_text
-    from .spec.connection import read_client_config
+    from .spec.client_settings import settings_text
     from .spec.inventory import inventory_text
-    settings = None
-    if app_config:
-        settings = settings_with_unknown_names(read_client_settings(app_config, app_format, app_role or "both"))
-    connection = dict(connection or {})
-    if client_config:
-        from_file, file_connection, _ = read_client_config(client_config)
-        bootstrap = bootstrap or from_file
-        connection.update(file_connection)
-    bootstrap = bootstrap or (settings.bootstrap if settings else None)
-    if not bootstrap:
-        raise ScenarioError("the audit needs a cluster: set the bootstrap param, a kafka_conn_id, bootstrap.servers "
-                            "in the client_config file, or the bootstrap servers of the app_config file")
+    bootstrap, connection, settings = audit_inputs(
+        bootstrap, connection, client_config, app_config, app_format, app_role,
+        "the audit needs a cluster: set the bootstrap param, a kafka_conn_id, bootstrap.servers in the "
+        "client_config file, or the bootstrap servers of the app_config file")
     inventory = discover(bootstrap, connection, topics=list(topics))
     plan = plan_audit(inventory, settings, max_classes)
     findings = audit_findings(inventory, settings, plan)

@@ -89,3 +89,30 @@ def settings_with_unknown_names(settings: ClientSettings) -> ClientSettings:
              for name in unknown_librdkafka_properties(role, config)]
     merged = {(u.key, u.reason): u for u in (*settings.unknown, *found)}
     return dataclasses.replace(settings, unknown=tuple(merged.values()))
+
+
+def audit_inputs(bootstrap: str | None, connection: Mapping[str, Any] | None, client_config: str | None,
+                 app_config: str | None, app_format: str | None, app_role: str | None,
+                 missing: str) -> tuple[str, dict[str, Any], ClientSettings | None]:
+    """An audit's inputs, the one reading of them for the CLI, the runner and the DAG: (bootstrap, connection
+    config, the team's client settings). The connection is `connection` (e.g. an Airflow connection's) with the
+    `client_config` file's settings over it; the cluster is `bootstrap`, else the file's bootstrap.servers, else
+    the `app_config` file's servers, else ScenarioError(`missing`: how the caller's user names it). Errors name
+    the file and what is wrong (an unknown client property: the config-name check's message)."""
+    import logging
+    from ..spec.client_settings import read_client_settings
+    from ..spec.connection import read_client_config
+    settings = None
+    if app_config:
+        settings = settings_with_unknown_names(read_client_settings(app_config, app_format, app_role or "both"))
+    merged = dict(connection or {})
+    if client_config:
+        from_file, file_connection, left_out = read_client_config(client_config)
+        if left_out:
+            logging.getLogger(__name__).info("client config %s: %s left out", client_config, ", ".join(left_out))
+        bootstrap = bootstrap or from_file
+        merged.update(file_connection)
+    bootstrap = bootstrap or (settings.bootstrap if settings else None)
+    if not bootstrap:
+        raise ScenarioError(missing)
+    return bootstrap, merged, settings

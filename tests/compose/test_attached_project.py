@@ -25,7 +25,8 @@ from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
 from support import leader_kill_run, produce, wait_for
 
-pytestmark = pytest.mark.compose
+# long: ~70 s with its project start, which would take a fresh machine's `make test` (28 min with setup) past 30.
+pytestmark = [pytest.mark.compose, pytest.mark.long]
 
 PROJECT_FILE = Path(__file__).parent / "users_project" / "docker-compose.yml"
 USERS_TOPIC = "orders"

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,15 +55,26 @@ def test_a_state_file_naming_another_slot_frees_the_claim(registry, tmp_path):
     assert slot not in slots.taken_slots()
 
 
-def _claim_in_process(args) -> int:
-    root, name = args
-    return start(Path(root), name)
+# Separate interpreters, not a fork of this (threaded) pytest process: a fork can inherit a lock another
+# thread held and hang until the suite's timeout.
+_CLAIM = """
+import json, sys
+from pathlib import Path
+from kafkaproof.cluster import slots
+state_file = Path(sys.argv[1]) / "clusters" / "default" / "state.json"
+with slots.locked() as d:
+    slot = slots.claim(d, state_file, "default", range(1, 251), set())
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    state_file.write_text(json.dumps({"name": "default", "slot": slot}))
+print(slot)
+"""
 
 
 def test_concurrent_starts_of_many_state_directories_never_share_a_slot(registry, tmp_path):
-    jobs = [(str(tmp_path / f"state-{i}"), "default") for i in range(8)]
-    with multiprocessing.get_context("fork").Pool(4) as pool:
-        got = pool.map(_claim_in_process, jobs)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [subprocess.Popen([sys.executable, "-c", _CLAIM, str(tmp_path / f"state-{i}")], env=env,
+                              stdout=subprocess.PIPE, text=True) for i in range(8)]
+    got = [int(p.communicate(timeout=60)[0]) for p in procs]
     assert sorted(got) == list(range(1, 9))
 
 

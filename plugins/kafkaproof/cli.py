@@ -157,6 +157,8 @@ def cmd_cluster_attach(args) -> int:
         raise KafkaproofError(f"attaching lets faults stop, kill and pause the containers of your compose project "
                               f"{args.compose_project} and cut their network: add {UNDERSTAND_FLAG} (`cluster "
                               f"inspect` only reads)")
+    if args.proxy_listen and not args.proxy:
+        raise KafkaproofError("--proxy-listen is where the fault proxies listen: add --proxy")
     cluster = AttachedCluster.up(args.compose_project, args.name, proxy=args.proxy,
                                  proxy_host=args.proxy_listen or LOOPBACK)
     print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())

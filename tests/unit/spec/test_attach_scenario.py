@@ -88,5 +88,8 @@ def test_the_cli_refuses_before_anything_starts(tmp_path, capsys):
     assert "leave out --bootstrap" in capsys.readouterr().err
     assert cli.main(["cluster", "attach", "--compose-project", "p", "--name", "x"]) == 2
     assert "--i-understand-faults-hit-this-cluster" in capsys.readouterr().err
+    assert cli.main(["cluster", "attach", "--compose-project", "p", "--name", "x", "--proxy-listen", "127.0.0.1",
+                     "--i-understand-faults-hit-this-cluster"]) == 2
+    assert "add --proxy" in capsys.readouterr().err
     assert not out.exists()
     assert isinstance(ScenarioError(""), KafkaproofError)

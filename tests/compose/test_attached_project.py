@@ -28,7 +28,8 @@ from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
 from support import fault_events, leader_kill_run, produce, wait_for
 
-# long: ~80 s with its project start (network and proxy faults included), which would take a fresh machine's `make test` (28 min with setup) past 30.
+# long: ~80 s with its project start (network and proxy faults included), which would take a fresh
+# machine's `make test` (28 min with setup) past 30.
 pytestmark = [pytest.mark.compose, pytest.mark.long]
 
 PROJECT_FILE = Path(__file__).parent / "users_project" / "docker-compose.yml"
@@ -238,7 +239,8 @@ def test_proxy_faults_on_the_attached_project_reach_its_clients_and_the_proxies_
         assert cluster.proxies is cluster and all(cluster.proxy_state(n) == "running" for n in nodes)
         from confluent_kafka.admin import AdminClient
         md = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()}).list_topics(timeout=10)
-        assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == {i: n.proxy.listen for i, n in nodes.items()}
+        advertised = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
+        assert advertised == {i: n.proxy.listen for i, n in nodes.items()}
         assert cluster.direct_bootstrap() == bootstrap  # kafkaproof's own clients: the published ports
         cluster.create_topic(topic, 1, 3)
         cluster.wait_in_sync(topic)

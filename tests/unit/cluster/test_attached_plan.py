@@ -75,7 +75,7 @@ def test_bad_projects_are_refused_before_anything_is_touched(containers, words):
 
 
 def test_process_network_and_proxy_faults_are_supported_clock_and_disk_refused_with_the_reason():
-    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS) | frozenset(NETWORK_KINDS) | frozenset(PROXY_KINDS)
+    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS)
     assert not AttachedCluster.supported_for() & (frozenset(CLOCK_KINDS) | frozenset(DISK_KINDS))
     cluster = object.__new__(AttachedCluster)
     cluster._multi_network = lambda: []  # type: ignore[method-assign]

@@ -64,11 +64,13 @@ def cmd_cluster_up(args) -> int:
     return 0
 
 
-def _check_proxy_listen(proxy_listen: str | None, bootstrap: str | None) -> None:
-    """--proxy-listen is where the proxies in front of an existing cluster listen: refused without one."""
-    if proxy_listen and not bootstrap:
-        raise ScenarioError("--proxy-listen is for the fault proxies in front of an existing cluster: give "
-                            "--bootstrap (or --client-config with bootstrap.servers) too")
+def _check_proxy_listen(proxy_listen: str | None, bootstrap: str | None, attached: str | None = None) -> None:
+    """--proxy-listen is where the proxies in front of an existing cluster or an attached compose project listen:
+    refused without one."""
+    if proxy_listen and not (bootstrap or attached):
+        raise ScenarioError("--proxy-listen is for the fault proxies in front of an existing cluster or an attached "
+                            "compose project: give --bootstrap (or --client-config with bootstrap.servers) or "
+                            "--attach-compose-project too")
 
 
 def _existing_cluster(bootstrap: str | None, client_config: str | None) -> tuple[str | None, dict | None]:
@@ -153,8 +155,12 @@ def cmd_cluster_attach(args) -> int:
     from .cluster.attached import AttachedCluster
     if not args.i_understand_faults_hit_this_cluster:
         raise KafkaproofError(f"attaching lets faults stop, kill and pause the containers of your compose project "
-                              f"{args.compose_project}: add {UNDERSTAND_FLAG} (`cluster inspect` only reads)")
-    cluster = AttachedCluster.up(args.compose_project, args.name)
+                              f"{args.compose_project} and cut their network: add {UNDERSTAND_FLAG} (`cluster "
+                              f"inspect` only reads)")
+    if args.proxy_listen and not args.proxy:
+        raise KafkaproofError("--proxy-listen is where the fault proxies listen: add --proxy")
+    cluster = AttachedCluster.up(args.compose_project, args.name, proxy=args.proxy,
+                                 proxy_host=args.proxy_listen or LOOPBACK)
     print(json.dumps(cluster.status(), indent=2) if args.json else cluster.bootstrap_servers())
     return 0
 
@@ -269,7 +275,7 @@ def cmd_run(args) -> int:
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Airflow stops tasks with SIGTERM: clean up as for Ctrl-C
     bootstrap, connection = _existing_cluster(args.bootstrap, args.client_config)
-    _check_proxy_listen(args.proxy_listen, bootstrap)
+    _check_proxy_listen(args.proxy_listen, bootstrap, args.attach_compose_project)
     if args.attach_compose_project and (bootstrap or args.backend):
         raise ScenarioError("--attach-compose-project uses your running compose project: leave out --bootstrap, "
                             "--client-config and --backend")
@@ -500,9 +506,9 @@ CLIENT_CONFIG_HELP = ("an existing cluster's client properties file (librdkafka 
                       "to connect (security.protocol, sasl.*, ssl.*); its bootstrap.servers is used without "
                       "--bootstrap. Every client gets it: producers, consumers, kafkaproof's admin client, the drain")
 LOOPBACK = "127.0.0.1"  # cluster.external.LOOPBACK, without importing the cluster package for the parser
-PROXY_LISTEN_HELP = ("with --bootstrap: the IPv4 address the fault proxies listen on and send clients to (default "
-                     f"{LOOPBACK}: this host only). Anyone who reaches it reaches the cluster through them, faults "
-                     "included (docs/security.md)")
+PROXY_LISTEN_HELP = ("with --bootstrap, or an attached compose project's proxies: the IPv4 address the fault proxies "
+                     f"listen on and send clients to (default {LOOPBACK}: this host only). Anyone who reaches it "
+                     "reaches the cluster through them, faults included (docs/security.md)")
 
 AUDIT_HELP = ("Audit an existing Kafka cluster (docs/audit.md): discover it, read-only (the Kafka release, nodes "
               "and roles, the broker settings that decide reliability, every topic's partitions, replication factor, "
@@ -581,10 +587,16 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--compose-project", required=True, metavar="NAME", help="as `docker compose ls` names it")
     ins.add_argument("--json", action="store_true")
     ins.set_defaults(func=cmd_cluster_inspect)
-    att = named(clsub.add_parser("attach", help="attach to your running compose project for process faults "
-                                                "(kill, stop, pause, restart of its containers); `detach` heals"))
+    att = named(clsub.add_parser("attach", help="attach to your running compose project for process faults (kill, "
+                                                "stop, pause, restart of its containers), network faults (in their "
+                                                "namespaces) and, with --proxy, proxy faults; `detach` heals"))
     att.add_argument("--compose-project", required=True, metavar="NAME", help="as `docker compose ls` names it")
-    att.add_argument(UNDERSTAND_FLAG, action="store_true", help="faults will stop, kill and pause its containers")
+    att.add_argument("--proxy", action="store_true",
+                     help="front the published client ports with kafkaproof's fault proxies (rewriting metadata, "
+                          "so clients at the printed bootstrap go through them): proxy faults")
+    att.add_argument("--proxy-listen", metavar="ADDRESS", help=PROXY_LISTEN_HELP)
+    att.add_argument(UNDERSTAND_FLAG, action="store_true",
+                     help="faults will stop, kill and pause its containers and cut their network")
     att.add_argument("--json", action="store_true", help="print the status as JSON")
     att.set_defaults(func=cmd_cluster_attach)
     det = named(clsub.add_parser("detach", help="heal an attached compose project and forget it: its containers run "
@@ -631,8 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--proxy-listen", metavar="ADDRESS", help=PROXY_LISTEN_HELP)
     rn.add_argument("--client-config", metavar="FILE", help=CLIENT_CONFIG_HELP)
     rn.add_argument("--attach-compose-project", metavar="NAME",
-                    help="run on your own running compose project (as cluster.attach): process faults on its "
-                         "containers; needs " + UNDERSTAND_FLAG)
+                    help="run on your own running compose project (as cluster.attach): process, network and proxy "
+                         "faults on its containers; needs " + UNDERSTAND_FLAG)
     rn.add_argument(UNDERSTAND_FLAG, action="store_true",
                     help="the run's faults may stop, kill and pause the containers of the attached project")
     rn.add_argument("--salvage", metavar="RUN_DIR",

@@ -1,12 +1,15 @@
 """A team's own compose project, attached as it runs: found, faulted, healed, handed back untouched.
 
 The project (`users_project/docker-compose.yml`) is written the way the seeds write theirs (apache/kafka
-environment names, published ports, advertised localhost, named volumes, no kafkaproof label) and started
-with plain `docker compose up -d`. Run under the shared lock (it starts containers): `make test-compose`.
+environment names, published ports, advertised localhost, named volumes, no kafkaproof label, no fixed
+addresses) and started with plain `docker compose up -d`: process faults, network faults (through
+kafkaproof's tools containers in the containers' namespaces) and proxy faults (kafkaproof's proxies in front
+of the published ports). Run under the shared lock (it starts containers): `make test-long`.
 """
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kafkaproof.cluster import docker_engine as de
-from kafkaproof.cluster import state
+from kafkaproof.cluster import network, state
 from kafkaproof.cluster.attached import AttachedCluster, inspect_project
 from kafkaproof.cluster.external import free_ports
 from kafkaproof.faults import FaultInjector
@@ -23,9 +26,10 @@ from kafkaproof.run.resolved import Overrides
 from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
-from support import leader_kill_run, produce, wait_for
+from support import fault_events, leader_kill_run, produce, wait_for
 
-# long: ~70 s with its project start, which would take a fresh machine's `make test` (28 min with setup) past 30.
+# long: ~80 s with its project start (network and proxy faults included), which would take a fresh
+# machine's `make test` (28 min with setup) past 30.
 pytestmark = [pytest.mark.compose, pytest.mark.long]
 
 PROJECT_FILE = Path(__file__).parent / "users_project" / "docker-compose.yml"
@@ -89,6 +93,43 @@ def check_handed_back(project: str, bootstrap: str, before: dict[str, tuple[str,
     wait_for(lambda: high_watermarks(bootstrap, USERS_TOPIC) == hw, 30, "the user's topic as it was")
 
 
+def project_resources(project: str) -> dict[str, list[str]]:
+    """The names of the project's volumes and networks (compose labels them with the project)."""
+    flt = f"label=com.docker.compose.project={project}"
+    return {"volumes": sorted(de.docker("volume", "ls", "--filter", flt, "--format", "{{.Name}}").stdout.split()),
+            "networks": sorted(de.docker("network", "ls", "--filter", flt, "--format", "{{.Name}}").stdout.split())}
+
+
+def tools_in(project: str) -> list[str]:
+    """kafkaproof's tools containers (any state) in the network of one of the project's containers."""
+    targets = set(containers(project)) | {cid for cid, _ in containers(project).values()}
+    out = de.docker("ps", "-a", "--filter", f"label={de.TOOL_LABEL}",
+                    "--format", f'{{{{.ID}}}} {{{{.Label "{de.TOOL_TARGET_LABEL}"}}}}').stdout.split("\n")
+    return [line for line in out if line.strip() and line.split()[-1] in targets]
+
+
+def isr(cluster, topic: str) -> list[int]:
+    try:
+        return cluster.partitions(topic)[0]["isr"]
+    except Exception:
+        return []
+
+
+def produce_timed(bootstrap: str, topic: str) -> tuple[str | None, float]:
+    """One record to partition 0 through `bootstrap`: (its delivery error, seconds until its delivery report)."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "retry.backoff.ms": 100,
+                  "log_level": 2})
+    reports: list[tuple[str | None, float]] = []
+    p.produce(topic, value=b"x", partition=0)  # the connection and metadata first: not timed
+    assert p.flush(30) == 0
+    t0 = time.monotonic()
+    p.produce(topic, value=b"timed", partition=0,
+              on_delivery=lambda e, m: reports.append((e.name() if e else None, time.monotonic() - t0)))
+    assert p.flush(60) == 0, "the record was not delivered within 60 s"
+    return reports[0]
+
+
 def test_inspect_attach_kill_and_pause_then_detach_from_another_process(users_project):
     project, bootstrap, found = users_project
     t0 = time.monotonic()
@@ -143,3 +184,91 @@ def test_a_scenario_runs_on_the_attached_project_with_exact_counts(users_project
     assert "kp-t-attached-run" not in admin.list_topics(timeout=10).topics
     groups = {g.group_id for g in admin.list_consumer_groups().result(timeout=10).valid}
     assert "kp-t-attached-run" not in groups
+
+
+def test_an_isolated_container_leaves_the_isr_and_comes_back_and_nothing_of_kafkaproofs_is_left(users_project):
+    project, bootstrap, _ = users_project
+    t0 = time.monotonic()
+    before, resources = containers(project), project_resources(project)
+    hw = high_watermarks(bootstrap, USERS_TOPIC)
+    cluster = AttachedCluster.up(project, "kp-att-net")
+    topic = "kp-att-net"
+    try:
+        assert cluster.supported_faults >= {"isolate", "cut", "partition", "packet_loss", "bandwidth"}
+        # the peers' addresses: the containers' on the project's network, as the engine gives them
+        engine_ips = {de.docker("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                                name).stdout.strip() for name in before}
+        links = {n: cluster.node_link(n) for n in cluster.node_ids()}
+        assert {link.node_ip for link in links.values()} == engine_ips
+        assert all(link.namespace == f"docker:{cluster.node(n).container}" for n, link in links.items())
+        cluster.create_topic(topic, 1, 3, {"min.insync.replicas": 2})
+        cluster.wait_in_sync(topic)
+        with FaultInjector(cluster, topic=topic) as faults:
+            follower = cluster.followers(topic, 0)[0]
+            iso = faults.inject(FaultSpec("isolate", f"node:{follower}"))
+            wait_for(lambda: follower not in isr(cluster, topic), 30, "the isolated container out of the ISR")
+            table = "kp_" + iso.fault_id.replace("-", "_")
+            assert network.nft_dropped(links[follower].namespace, table)["packets"] > 0  # it took effect
+            faults.heal(iso.fault_id)
+            # only kafkaproof's table went: the engine's own (`nat`, its DNS on a user network) stays
+            assert [t for t in network.nft_tables(links[follower].namespace) if t.startswith("kp_")] == []
+            wait_for(lambda: follower in isr(cluster, topic), 60, "the isolated container back in the ISR")
+            slow = faults.inject(FaultSpec("bandwidth", f"node:{follower}", {"rate_kbit": 800}))
+            assert network.tc_limited(cluster.node_link(follower))
+            faults.heal(slow.fault_id)
+            assert not network.tc_limited(cluster.node_link(follower))
+        assert produce(cluster.bootstrap_servers(), topic, 100) == (100, [])
+        print(f"attach, isolate out of and back into the ISR, bandwidth: {time.monotonic() - t0:.1f}s")
+    finally:
+        cluster.down()
+    assert "kp-att-net" not in state.list_clusters()
+    check_handed_back(project, bootstrap, before, hw)
+    assert project_resources(project) == resources and tools_in(project) == []
+    print(f"... and detached: {time.monotonic() - t0:.1f}s")
+
+
+def test_proxy_faults_on_the_attached_project_reach_its_clients_and_the_proxies_go_at_detach(users_project):
+    project, bootstrap, _ = users_project
+    t0 = time.monotonic()
+    before, resources = containers(project), project_resources(project)
+    hw = high_watermarks(bootstrap, USERS_TOPIC)
+    cluster = AttachedCluster.up(project, "kp-att-proxy", proxy=True)
+    topic = "kp-att-proxy"
+    try:
+        nodes = {n.id: n for n in cluster.state().nodes}
+        assert cluster.proxies is cluster and all(cluster.proxy_state(n) == "running" for n in nodes)
+        from confluent_kafka.admin import AdminClient
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()}).list_topics(timeout=10)
+        advertised = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
+        assert advertised == {i: n.proxy.listen for i, n in nodes.items()}
+        assert cluster.direct_bootstrap() == bootstrap  # kafkaproof's own clients: the published ports
+        cluster.create_topic(topic, 1, 3)
+        cluster.wait_in_sync(topic)
+        injector = FaultInjector(cluster, topic=topic)
+        _, fast = produce_timed(cluster.bootstrap_servers(), topic)
+        slow = injector.inject(FaultSpec("latency", "leader:0", {"topic": topic, "partitions": [0], "api": "produce",
+                                                                 "ms": 1500}))
+        try:
+            error, held = produce_timed(cluster.bootstrap_servers(), topic)
+        finally:
+            injector.heal(slow.fault_id)
+        assert error is None and 1.45 <= held < 5.0 and fast < 1.0, (fast, held)
+        refused = injector.inject(FaultSpec("error", "leader:0", {"topic": topic, "partitions": [0],
+                                                                  "error": "NOT_ENOUGH_REPLICAS", "count": 1}))
+        try:
+            error, _ = produce_timed(cluster.bootstrap_servers(), topic)
+        finally:
+            injector.heal(refused.fault_id)
+        assert error is None  # retried after the error, delivered once
+        assert [e["phase"] for e in fault_events(cluster, refused.fault_id)] == ["answered_without_forwarding"]
+        listens = [n.proxy.listen for n in nodes.values()]
+        print(f"attach with proxies, latency and error faults: {time.monotonic() - t0:.1f}s")
+    finally:
+        cluster.down()
+    for listen in listens:  # the proxies are stopped: nothing listens there any more
+        host, port = listen.rsplit(":", 1)
+        with pytest.raises(OSError):
+            socket.create_connection((host, int(port)), timeout=2).close()
+    check_handed_back(project, bootstrap, before, hw)
+    assert project_resources(project) == resources and tools_in(project) == []
+    print(f"... and detached: {time.monotonic() - t0:.1f}s")

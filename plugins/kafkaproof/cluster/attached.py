@@ -11,15 +11,23 @@ touched. The cluster is then recorded in kafkaproof's state as backend `attached
 container's id.
 
 Faults: kill/stop/pause/restart are `docker kill`/`stop`/`pause`/`restart`-by-start of the container
-(`containers.ContainerNodes`, shared with the compose backend). Detaching (`cluster detach`, `cluster
+(`containers.ContainerNodes`, shared with the compose backend). Network faults (isolate, cut, partition,
+cut_clients, packet loss, bandwidth) run nft/tc in the container's network namespace through a tools
+container (`--network container:<name>`, labelled, `docker_engine.netns_command`), as the compose
+backend's `engine` mode does; the peers' addresses are the containers' addresses on the project's
+network, read from the engine at each fault (an attached project has no fixed addresses). With `proxy`,
+kafkaproof's rewriting fault proxies (those of `external.py`) front the published client ports, so every
+client connection crosses one, and proxy faults apply. Detaching (`cluster detach`, `cluster
 down`, `down --all`, also after a crash, from the state file) heals every recorded fault, starts or
 unpauses every container kafkaproof found running (never one it did not find), deletes only the topics
 kafkaproof created and the consumer groups that committed only to them, and waits (up to 60 s) until
-every broker is back in the cluster metadata. It never removes or stops for good a container, network
-or volume: the project is the team's.
+every broker is back in the cluster metadata, stops the proxies and removes any tools container a killed
+command left. It never removes or stops for good a container, network or volume: the project is the team's.
 
-Not built yet on attached projects: network and proxy faults, rolling restarts and upgrades, clock and
-disk faults, secured listeners, settings from a broker config file.
+Refused on attached projects: clock faults (kafkaproof does not start the project's JVMs, so cannot put
+them under libfaketime), disk faults (the volumes are the engine's, no diskfs under them), network faults
+on a container on several networks (the rules act on one interface). Not built yet: rolling restarts and
+upgrades, secured listeners, settings from a broker config file.
 """
 from __future__ import annotations
 
@@ -30,12 +38,14 @@ import time
 from typing import Any, Collection, Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning
-from ..spec.faults import PROCESS_KINDS
+from ..spec.cluster import NodeLink
+from ..spec.faults import CLOCK_KINDS, DISK_KINDS, NETWORK_KINDS, PROCESS_KINDS, PROXY_KINDS
 from . import docker_engine as de
-from . import host, procs, state
+from . import host, network, procs, state
 from .attach_env import client_listener, read_kafka_env
 from .containers import ContainerNodes
-from .external import ExternalCluster, discover_brokers
+from .external import LOOPBACK, ExternalCluster, check_proxy_listen, discover_brokers, free_ports
+from .proxies import front_with_proxies
 from .heal import heal_recorded
 from .state import ClusterState, ComposeEntry, NodeState
 
@@ -45,9 +55,14 @@ BACKEND = "attached"
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 DETACH_WAIT_S = 60.0
-SUPPORTED = frozenset(PROCESS_KINDS)
-NOT_YET = (f"on an attached compose project only process faults ({', '.join(PROCESS_KINDS)}) are built so far; "
-           f"network, proxy, rolling, clock and disk faults are not (docs/compose.md)")
+SUPPORTED = frozenset(PROCESS_KINDS) | frozenset(NETWORK_KINDS) | frozenset(PROXY_KINDS)
+NOT_YET = ("on an attached compose project process, network and proxy faults are built; rolling faults are not yet, "
+           "and clock and disk faults are refused (kafkaproof starts neither the project's JVMs nor its volumes; "
+           "docs/compose.md)")
+CLOCK_REASON = ("clock fault {kind!r}: an attached project's JVMs are the team's, started without libfaketime, so "
+                "kafkaproof cannot move their clocks (clock faults need the local backend)")
+DISK_REASON = ("disk fault {kind!r}: an attached project's volumes belong to the team and the Docker engine, with no "
+               "diskfs under them (disk faults need the local backend)")
 # Variables that say a container is a Kafka node (else it is another service of the project: an app, a UI).
 _KAFKA_MARKERS = ("NODE_ID", "BROKER_ID", "PROCESS_ROLES", "LISTENERS", "ADVERTISED_LISTENERS")
 
@@ -55,6 +70,21 @@ _KAFKA_MARKERS = ("NODE_ID", "BROKER_ID", "PROCESS_ROLES", "LISTENERS", "ADVERTI
 def is_kafka_env(env: Mapping[str, str]) -> bool:
     """Pure: whether a container's environment configures a Kafka node, in any of the three conventions."""
     return any(f"{prefix}{m}" in env for prefix in ("KAFKA_", "KAFKA_CFG_") for m in _KAFKA_MARKERS)
+
+
+def container_networks(inspected: Mapping[str, Any]) -> dict[str, str]:
+    """Pure: {network name: IPv4 address} of a container (`docker inspect`), the networks it has an address on
+    (none while it is stopped)."""
+    networks = (inspected.get("NetworkSettings") or {}).get("Networks") or {}
+    return {name: n["IPAddress"] for name, n in sorted(networks.items()) if (n or {}).get("IPAddress")}
+
+
+def engine_link(container: str, container_id: str, ip: str) -> NodeLink:
+    """Pure: how network faults reach a container of an attached project: its network namespace entered through
+    the engine (`docker:<name>`, or its id when the name is not one `network` accepts), at address `ip`; no
+    host-side veth (the engine's bridge is not kafkaproof's)."""
+    target = container if network.ENGINE_NS_RE.match(f"docker:{container}") else container_id[:12].lower()
+    return NodeLink(namespace=f"docker:{target}", veth_host="", host_ip="", node_ip=ip)
 
 
 def published_ports(inspected: Mapping[str, Any]) -> dict[int, int]:
@@ -84,9 +114,11 @@ def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]]) ->
             continue
         try:
             kenv = read_kafka_env(env, f"container {name}")
+            addresses = container_networks(c)
             entry: dict[str, Any] = {"id": kenv.node_id, "roles": list(kenv.roles), "container": name,
                                      "service": (c.get("Config") or {}).get("Labels", {}).get(SERVICE_LABEL),
-                                     "link": None, "status": "running",
+                                     "link": None, "status": "running", "ip": next(iter(addresses.values()), None),
+                                     "networks": sorted(addresses),
                                      "container_id": c["Id"], "log_dir": kenv.log_dir, "convention": kenv.convention}
             controller = next((x for x in kenv.listeners if x.name in kenv.controller_listeners), None)
             entry["controller_port"] = controller.port if controller else None
@@ -95,8 +127,7 @@ def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]]) ->
                 entry.update(host=chosen.host, client_port=chosen.port, advertised_host=chosen.host,
                              advertised_port=chosen.port, listener=chosen.name)
             else:
-                networks = (c.get("NetworkSettings") or {}).get("Networks") or {}
-                entry["host"] = next((n.get("IPAddress") for n in networks.values() if n.get("IPAddress")), "")
+                entry["host"] = entry["ip"] or ""
         except ClusterError as e:
             problems.append(str(e))
             continue
@@ -155,7 +186,6 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
     """A team's compose project, attached. Use `AttachedCluster.up(project, name)`, or `backend.attach(name)`."""
 
     backend = BACKEND
-    supported_faults = SUPPORTED
 
     def __init__(self, name: str):
         super().__init__(name)
@@ -165,30 +195,83 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
 
     @staticmethod
     def supported_for() -> frozenset[str]:
-        """The fault kinds an attached project supports."""
+        """The fault kinds an attached project supports (before attaching: its containers not known yet)."""
         return SUPPORTED
 
+    @property
+    def supported_faults(self) -> frozenset[str]:  # type: ignore[override]
+        """Process, network and proxy faults; no network faults when a node's container is on several networks."""
+        return SUPPORTED - frozenset(NETWORK_KINDS) if self._multi_network() else SUPPORTED
+
+    def _multi_network(self) -> list[str]:
+        return [f"{n.container} ({', '.join(n.extra['networks'])})" for n in self.state().nodes
+                if len(n.extra.get("networks") or []) > 1]
+
     def unsupported_reason(self, kind: str) -> str:
+        if kind in CLOCK_KINDS:
+            return CLOCK_REASON.format(kind=kind)
+        if kind in DISK_KINDS:
+            return DISK_REASON.format(kind=kind)
+        if kind in NETWORK_KINDS and self._multi_network():
+            return (f"network fault {kind!r}: containers {', '.join(self._multi_network())} are on several networks, "
+                    f"and the rules act on one interface (eth0); give each Kafka container one network")
         return f"fault {kind!r}: {NOT_YET}"
 
     @classmethod
-    def up(cls, project: str, name: str, timeout_s: float = 30.0) -> "AttachedCluster":  # type: ignore[override]
-        """Attach to the running compose project `project` as cluster `name`: found, checked, recorded."""
+    def up(cls, project: str, name: str, timeout_s: float = 30.0, proxy: bool = False,  # type: ignore[override]
+           proxy_host: str = LOOPBACK) -> "AttachedCluster":
+        """Attach to the running compose project `project` as cluster `name`: found, checked, recorded; with
+        `proxy`, a rewriting fault proxy (listening on `proxy_host`) in front of each published client port."""
         if state.state_path(name).exists():
             raise ClusterError(f"a cluster named {name!r} is already up; `kafkaproof cluster detach --name {name}` "
                                f"first")
+        proxy_host = check_proxy_listen(proxy_host)
         found = inspect_project(project, timeout_s)
+        nodes = found["nodes"]
+        if proxy:
+            front_with_proxies(nodes, proxy_host, free_ports(proxy_host, sum("broker" in n["roles"] for n in nodes)))
+        if de.docker("image", "inspect", de.tools_image(), check=False).returncode != 0:
+            log.warning("the tools image %s is not on %s: network faults on the project need it "
+                        "(`bash scripts/docker-image.sh --base`)", de.tools_image(), found["engine"])
         with state.locked(name):
-            st = ClusterState(name=name, backend=BACKEND, network="engine", engine=found["engine"],
+            st = ClusterState(name=name, backend=BACKEND, network="engine", engine=found["engine"], proxy=proxy,
                               bootstrap=found["bootstrap"], cluster_id=found["cluster_id"], kafka_version=None,
                               compose=ComposeEntry(project, [], ""),
-                              nodes=[NodeState.from_json(n) for n in found["nodes"]], faults=[],
+                              nodes=[NodeState.from_json(n) for n in nodes], faults=[],
                               created_wall=time.time())
             state.save_state(name, st)
         cluster = cls(name)
+        if proxy:
+            try:
+                for nid in cluster.proxy_ids():
+                    cluster.start_proxy(nid)
+                cluster.wait_ready(timeout_s)
+            except BaseException:
+                log.error("the fault proxies in front of compose project %s did not start; detaching", project)
+                cluster.down(keep_logs=True)
+                raise
         log.info("attached compose project %s as cluster %s: nodes %s, clients use %s", project, name,
-                 [(n["id"], n["container"]) for n in found["nodes"]], found["bootstrap"])
+                 [(n["id"], n["container"]) for n in nodes], cluster.bootstrap_servers())
         return cluster
+
+    def node_link(self, node_id: int) -> NodeLink | None:
+        """How network faults reach the node's container: through the engine, at its address on the project's
+        network now (a container started again may get another), else the one recorded; None for a container on
+        several networks (no network faults there) or one that is gone."""
+        node = self.node(node_id)
+        if len(node.extra.get("networks") or []) > 1:
+            return None
+        proc = de.docker("inspect", "--type", "container", node.container, check=False)
+        if proc.returncode != 0:
+            return None
+        inspected = json.loads(proc.stdout)[0]
+        ip = next(iter(container_networks(inspected).values()), None) or node.ip
+        if not ip:
+            return None
+        if ip != node.ip:
+            with state.update_node(self.name, node_id) as n:
+                n.ip = ip
+        return engine_link(node.container, inspected["Id"], ip)
 
     # --- detaching ----------------------------------------------------------------
     def down(self, keep_logs: bool = True, graceful: bool = True) -> None:
@@ -206,8 +289,14 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
             heal_recorded(self, restart_nodes=True)
         except Exception as e:  # the sweep below still brings every container back
             errors.append(f"healing the recorded faults: {e}")
+        self.stop_proxies()
         for n in st.nodes:
             errors += self._restore(n)
+        try:
+            de.remove_tools([n.container for n in st.nodes] + [n.extra.get("container_id", "")[:12] for n in st.nodes
+                                                              if n.extra.get("container_id")])
+        except ClusterError as e:
+            errors.append(f"removing kafkaproof's tools containers: {e}")
         if errors:
             raise ClusterError(f"attached project {st.compose.project}: could not restore " + "; ".join(errors))
         self.wait_brokers_back(DETACH_WAIT_S)
@@ -306,7 +395,7 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
         return StatefulCluster.wait_node_listening(self, node_id, timeout_s)
 
     def direct_bootstrap(self, avoid: Collection[int] = ()) -> str:
-        """The brokers' published client addresses (no proxies on an attached project)."""
+        """The brokers' published client addresses (never through the fault proxies)."""
         return self.state().bootstrap
 
     def node_status(self, node: NodeState) -> dict[str, Any]:

@@ -7,14 +7,15 @@ capability (the backend itself) or None, never by a method that raises:
 | property  | capability       | local                 | compose | external | attached |
 |-----------|------------------|-----------------------|---------|----------|----------|
 | `nodes`   | `NodeProcesses`  | yes                   | yes     | None     | yes      |
-| `proxies` | `FaultProxies`   | with `--proxy`        | same    | same     | None     |
+| `proxies` | `FaultProxies`   | with `--proxy`        | same    | same     | same     |
 | `disks`   | `FaultyDisks`    | with `--disk`         | None    | None     | None     |
 | `clock`   | `NodeClocks`     | with `--clock`        | None    | None     | None     |
 
-`supported_faults` follows from them; a caller that needs one asks `if cluster.clock is None` and says why
-(`unsupported_reason`). `ClusterCore` is what the backends' mixins (`views.KafkaViews`,
-`proxies.ProxyFleet`, `disks.DiskFleet`) rely on from the class they are mixed into; each declares its
-share as annotations, and tests/unit/cluster/test_capabilities.py checks every backend provides them.
+Network faults need no property: a backend with nodes gives `node_link(id)` (local: the node's namespace;
+compose and attached: the container's, entered through the engine). `supported_faults` follows from them;
+a caller that needs one asks `if cluster.clock is None` and says why (`unsupported_reason`). `ClusterCore`
+is what the backends' mixins (`views.KafkaViews`, `proxies.ProxyFleet`, `disks.DiskFleet`) rely on from
+the class they are mixed into; each declares its share as annotations, and tests/unit/cluster/test_capabilities.py checks every backend provides them.
 """
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ KAFKA_IMAGE_ENV = "KAFKAPROOF_KAFKA_IMAGE"  # a Kafka image of the user's for ev
 TOOLS_IMAGE_ENV = "KAFKAPROOF_TOOLS_IMAGE"
 DEFAULT_TOOLS_IMAGE = "kafkaproof/base:bookworm"
 TOOL_LABEL = "io.kafkaproof.tool"
+TOOL_TARGET_LABEL = "io.kafkaproof.target"  # the container whose network a tools container joined
 # Compose project names and label values we accept: what compose itself allows, kept short.
 _CLUSTER_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _SCRIPT_TIMEOUT_S = 1800.0  # a first image build (debootstrap) or compose build takes minutes
@@ -81,9 +82,24 @@ def tools_image() -> str:
 
 def netns_command(container: str) -> list[str]:
     """Command prefix running a program in `container`'s network namespace through the engine: a
-    tools container with `--network container:<name>` and NET_ADMIN, removed when it exits."""
+    tools container with `--network container:<name>` and NET_ADMIN, removed when it exits, labelled with
+    its target (`remove_tools` sweeps what a killed command left)."""
     return [_docker_binary(), "-H", engine_url(), "run", "--rm", "-i", "--network", f"container:{container}",
-            "--cap-add", "NET_ADMIN", "--label", f"{TOOL_LABEL}=netns", "--entrypoint", "", tools_image()]
+            "--cap-add", "NET_ADMIN", "--label", f"{TOOL_LABEL}=netns", "--label", f"{TOOL_TARGET_LABEL}={container}",
+            "--entrypoint", "", tools_image()]
+
+
+def remove_tools(targets: Sequence[str]) -> list[str]:
+    """Remove (force) the tools containers still running in the network of any of `targets` (a command killed
+    while it ran leaves its container); only containers with kafkaproof's tool label. Returns their ids."""
+    ids: list[str] = []
+    for target in targets:
+        ids += docker("ps", "-a", "--filter", f"label={TOOL_LABEL}", "--filter", f"label={TOOL_TARGET_LABEL}={target}",
+                      "--format", "{{.ID}}").stdout.split()
+    if ids:
+        docker("rm", "-f", *ids)
+        log.info("removed tools containers %s left in the networks of %s", ids, list(targets))
+    return ids
 
 
 def ensure_tools_image() -> str:

@@ -218,13 +218,15 @@ class ScenarioRun:
                                           f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
             stack.callback(self._copy_node_logs)
         elif data["cluster"].get("attach"):
-            self._refuse_unsupported(AttachedCluster.supported_faults, "attached")
+            self._refuse_unsupported(AttachedCluster.supported_for(), "attached")
             if not self.options.faults_hit_attached:
                 raise KafkaproofError(f"the scenario's faults would hit your compose project {data['cluster']['attach']}"
                                       f": run it with --i-understand-faults-hit-this-cluster")
             with self.phase("provision"):
                 self.cluster = AttachedCluster.up(data["cluster"]["attach"],
-                                                  self.options.cluster_name or f"att-{uuid.uuid4().hex[:6]}")
+                                                  self.options.cluster_name or f"att-{uuid.uuid4().hex[:6]}",
+                                                  proxy=bool(data["cluster"].get("proxy")),
+                                                  proxy_host=self.options.proxy_listen)
             stack.callback(self._teardown)  # detach: healed, kafkaproof's topic and group deleted, brokers back
         elif self.resolved.bootstrap is None:
             cfg = self.resolved.cluster_config(self.options.cluster_name or f"run-{uuid.uuid4().hex[:6]}")

@@ -2,8 +2,10 @@
 or the run's override `--attach-compose-project NAME`), checked before anything starts.
 
 The project runs with its own settings, so the fields that describe a cluster kafkaproof would start are
-refused, and so are the faults the attached backend cannot inject yet (network, proxy, rolling, clock,
-disk): each error names the file and the field, and says what is supported.
+refused (all but `proxy`: kafkaproof's fault proxies in front of the published ports), and so are the
+faults the attached backend cannot inject (rolling: not yet; clock and disk: never, kafkaproof starts
+neither the project's JVMs nor its volumes): each error names the file and the field, and says what is
+supported.
 """
 from __future__ import annotations
 
@@ -11,17 +13,18 @@ import re
 from typing import Any
 
 from ..errors import ScenarioError
-from .fault_families import PROCESS, family_of
+from .fault_families import NETWORK, PROCESS, PROXY, family_of
 
 PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # what compose allows for a project name
 SCHEMA = {"type": "string", "pattern": PROJECT_RE.pattern,
           "description": "compose backend: attach to this running compose project of yours (`docker compose ls`) "
-                         "instead of starting one; process faults only (docs/compose.md)"}
-SUPPORTED_TEXT = (f"on an attached compose project (cluster.attach) the faults built so far are process faults "
-                  f"({', '.join(PROCESS.kinds)}) and consumer/app faults; network, proxy, rolling, clock and disk "
-                  f"faults are not yet")
-# Fields of a cluster kafkaproof starts; an attached project has its own.
-_STARTING_FIELDS = ("config", "node_config", "image", "compose_file", "proxy", "clock", "disk")
+                         "instead of starting one; process, network and proxy faults (docs/compose.md)"}
+ATTACHED_FAMILIES = (PROCESS, NETWORK, PROXY)
+SUPPORTED_TEXT = ("on an attached compose project (cluster.attach) the faults are process, network and proxy faults "
+                  "and consumer/app faults; rolling faults are not built yet, clock and disk faults need a cluster "
+                  "kafkaproof starts (its JVMs under libfaketime, its log directories on diskfs)")
+# Fields of a cluster kafkaproof starts; an attached project has its own (`proxy` is kafkaproof's, in front of it).
+_STARTING_FIELDS = ("config", "node_config", "image", "compose_file", "clock", "disk")
 
 
 def attach_project(data: dict[str, Any]) -> str | None:
@@ -57,7 +60,7 @@ def check_attach(data: dict[str, Any], source: str) -> None:
 
 def _check_kind(kind: str, target: str, where: str) -> None:
     family = family_of(kind, target)
-    if family is not PROCESS and not family.target_prefix:
+    if family not in ATTACHED_FAMILIES and not family.target_prefix:
         raise ScenarioError(f"{where}: {kind!r} ({family.name} fault): {SUPPORTED_TEXT}")
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaproof.cluster.attached import (AttachedCluster, is_kafka_env, metadata_problems, plan_attached_nodes,
-                                         published_ports)
+from kafkaproof.cluster import docker_engine as de
+from kafkaproof.cluster import network
+from kafkaproof.cluster.attached import (AttachedCluster, container_networks, engine_link, is_kafka_env,
+                                         metadata_problems, plan_attached_nodes, published_ports)
+from kafkaproof.cluster.proxies import front_with_proxies
 from kafkaproof.errors import ClusterError
-from kafkaproof.spec.faults import PROCESS_KINDS
+from kafkaproof.faults.network_rules import partition_rules
+from kafkaproof.spec.faults import CLOCK_KINDS, DISK_KINDS, NETWORK_KINDS, PROCESS_KINDS, PROXY_KINDS
 
 from seed_envs import E1_KAFKA, E1_KAFKA2, confluent
 
@@ -70,7 +74,60 @@ def test_bad_projects_are_refused_before_anything_is_touched(containers, words):
     assert all(w in str(e.value) for w in words), str(e.value)
 
 
-def test_only_process_faults_are_supported_and_the_others_are_refused_with_the_reason():
-    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS)
-    reason = AttachedCluster.unsupported_reason(object.__new__(AttachedCluster), "isolate")
-    assert "isolate" in reason and "network, proxy, rolling, clock and disk" in reason
+def test_process_network_and_proxy_faults_are_supported_clock_and_disk_refused_with_the_reason():
+    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS)
+    assert not AttachedCluster.supported_for() & (frozenset(CLOCK_KINDS) | frozenset(DISK_KINDS))
+    cluster = object.__new__(AttachedCluster)
+    cluster._multi_network = lambda: []  # type: ignore[method-assign]
+    assert "libfaketime" in cluster.unsupported_reason("clock_skew")
+    assert "diskfs" in cluster.unsupported_reason("disk_full")
+    assert "rolling faults are not yet" in cluster.unsupported_reason("rolling_restart")
+
+
+def test_a_container_on_several_networks_gets_no_network_faults_and_says_why(monkeypatch):
+    cluster = object.__new__(AttachedCluster)
+    monkeypatch.setattr(AttachedCluster, "_multi_network", lambda self: ["kafka (p_back, p_front)"])
+    reason = cluster.unsupported_reason("isolate")
+    assert "kafka (p_back, p_front)" in reason and "eth0" in reason
+    assert "isolate" not in cluster.supported_faults and "kill" in cluster.supported_faults
+
+
+def test_the_planned_nodes_record_each_containers_address_on_the_project_network():
+    two = container("kafka2", E1_KAFKA2, {9092: 9093})
+    two["NetworkSettings"]["Networks"] = {"p_default": {"IPAddress": "172.18.0.3"}, "p_other": {"IPAddress": ""}}
+    nodes = plan_attached_nodes("p", [container("kafka", E1_KAFKA, {9092: 9092}), two])
+    assert [(n["ip"], n["networks"]) for n in nodes] == [("172.18.0.2", ["p_default"]), ("172.18.0.3", ["p_default"])]
+    assert container_networks({"NetworkSettings": {"Networks": {"b": {"IPAddress": "10.0.0.2"},
+                                                                "a": {"IPAddress": "10.0.1.2"}}}}) == {
+        "a": "10.0.1.2", "b": "10.0.0.2"}
+    assert container_networks({"State": {"Status": "exited"}, "NetworkSettings": {"Networks": {}}}) == {}
+
+
+def test_network_faults_enter_the_container_through_a_labelled_tools_container(monkeypatch):
+    link = engine_link("shop-kafka-1", "ab12" * 16, "172.18.0.2")
+    assert (link.namespace, link.veth_host, link.node_ip) == ("docker:shop-kafka-1", "", "172.18.0.2")
+    # a name the namespace convention does not take (upper case): the container id instead
+    assert engine_link("Kafka-Broker-01", "AB12" * 16, "172.18.0.4").namespace == "docker:ab12ab12ab12"
+    monkeypatch.setattr(de, "engine_url", lambda: "unix:///run/kp.sock")
+    monkeypatch.setattr(de, "_docker_binary", lambda: "docker")
+    cmd = network.netns_prefix(link.namespace) + ["nft", "list", "tables"]
+    assert cmd[:4] == ["docker", "-H", "unix:///run/kp.sock", "run"]
+    assert "--rm" in cmd and cmd[cmd.index("--network") + 1] == "container:shop-kafka-1"
+    labels = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--label"]
+    assert labels == [f"{de.TOOL_LABEL}=netns", f"{de.TOOL_TARGET_LABEL}=shop-kafka-1"]
+    assert cmd[-3:] == ["nft", "list", "tables"] and de.tools_image() in cmd
+
+
+def test_partition_rules_use_the_engines_addresses_of_the_attached_containers():
+    ips = {1: "172.18.0.4", 2: "172.18.0.2", 3: "172.18.0.3"}
+    rules = partition_rules([[1], [2, 3]], ips)
+    assert rules[1] == (["ip saddr { 172.18.0.2, 172.18.0.3 } drop"], ["ip daddr { 172.18.0.2, 172.18.0.3 } drop"])
+    assert rules[2] == (["ip saddr { 172.18.0.4 } drop"], ["ip daddr { 172.18.0.4 } drop"])
+
+
+def test_the_proxies_front_the_published_ports_and_know_their_peers():
+    nodes = plan_attached_nodes("p", [container(f"kafka-broker-0{i}", confluent(i), {9092: 9999 + i}) for i in (1, 2)])
+    front_with_proxies(nodes, "127.0.0.1", [41001, 41002])
+    assert [(n["advertised_host"], n["advertised_port"], n["proxy"]["upstream"]) for n in nodes] == [
+        ("127.0.0.1", 41001, "localhost:10000"), ("127.0.0.1", 41002, "localhost:10001")]
+    assert nodes[0]["proxy"]["peers"] == {"2": "127.0.0.1:41002"} and nodes[0]["proxy"]["rewrite"]

@@ -84,8 +84,8 @@ def test_a_container_namespace_is_entered_by_a_tools_container_on_the_cluster_en
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
     prefix = network.netns_prefix("docker:kp-e1-kafka2")
     assert prefix[1:] == ["-H", "tcp://10.0.0.5:2375", "run", "--rm", "-i", "--network", "container:kp-e1-kafka2",
-                          "--cap-add", "NET_ADMIN", "--label", "io.kafkaproof.tool=netns", "--entrypoint", "",
-                          "nicolaka/netshoot"]
+                          "--cap-add", "NET_ADMIN", "--label", "io.kafkaproof.tool=netns",
+                          "--label", "io.kafkaproof.target=kp-e1-kafka2", "--entrypoint", "", "nicolaka/netshoot"]
     assert network.netns_prefix("kp3n1") == ["ip", "netns", "exec", "kp3n1"]
     link = network.NodeLink(namespace="docker:kp-e1-kafka2", veth_host="", host_ip="10.79.1.1", node_ip="10.79.1.12")
     assert network._tc_ends(link, "qdisc", "show") == [prefix + ["tc", "qdisc", "show", "dev", "eth0"]]  # its own end

@@ -23,19 +23,29 @@ def write(tmp_path: Path, doc) -> Path:
     return path
 
 
-def test_an_attaching_scenario_with_process_and_consumer_faults_is_valid(tmp_path):
-    s = scenario_mod.load(write(tmp_path, {**BASE, "cluster": {"backend": "compose", "attach": "shop_kafka"}}))
+NETWORK_AND_PROXY = [{"at": 1, "kind": "isolate", "target": "leader:0", "duration": 1},
+                     {"at": 3, "kind": "partition", "params": {"groups": "majority-minority"}, "duration": 1},
+                     {"at": 5, "kind": "bandwidth", "target": "node:1", "params": {"rate_kbit": 800}, "duration": 1},
+                     {"at": 7, "kind": "latency", "target": "leader:0", "params": {"ms": 100}, "duration": 1}]
+
+
+def test_an_attaching_scenario_with_process_network_proxy_and_consumer_faults_is_valid(tmp_path):
+    doc = {**BASE, "faults": BASE["faults"] + NETWORK_AND_PROXY}
+    s = scenario_mod.load(write(tmp_path, {**doc, "cluster": {"backend": "compose", "attach": "shop_kafka"}}))
     assert s.data["cluster"]["attach"] == "shop_kafka"
+    assert s.data["cluster"]["proxy"] is True  # implied by the latency fault: kafkaproof's proxies, allowed
     # the override: the same checks, the same result
-    o = scenario_mod.load(write(tmp_path, BASE)).with_overrides(attach="shop_kafka")
+    o = scenario_mod.load(write(tmp_path, doc)).with_overrides(attach="shop_kafka")
     assert o.data["cluster"] == {**s.data["cluster"]}
 
 
 @pytest.mark.parametrize("cluster, fault, words", [
-    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "isolate", "target": "leader:0", "duration": 1},
-     ["s.yaml: faults[2].kind: 'isolate' (network fault)", "kill, stop, pause, restart", "not yet"]),
-    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "lost_ack", "target": "leader:0", "duration": 1},
-     ["faults[2].kind: 'lost_ack' (proxy fault)"]),
+    ({"backend": "compose", "attach": "p", "clock": True},
+     {"at": 1, "kind": "clock_skew", "target": "node:1", "params": {"offset_s": 60}, "duration": 1},
+     ["s.yaml: faults[2].kind: 'clock_skew' (clock fault)", "process, network and proxy", "libfaketime"]),
+    ({"backend": "compose", "attach": "p", "disk": True},
+     {"at": 1, "kind": "disk_full", "target": "node:1", "duration": 1},
+     ["faults[2].kind: 'disk_full' (disk fault)", "diskfs"]),
     ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "rolling_restart", "target": "all"},
      ["faults[2].kind: 'rolling_restart' (rolling fault)"]),
     ({"attach": "p"}, None, ["s.yaml: cluster.backend: attach (p) needs backend: compose, not 'local'"]),
@@ -59,10 +69,11 @@ def test_container_services_of_an_application_are_refused_on_an_attached_project
 
 def test_the_override_goes_through_the_same_checks(tmp_path):
     doc = {**BASE, "faults": BASE["faults"] + [{"at": 1, "kind": "pause", "target": "leader:0", "duration": 1},
-                                                {"at": 2, "kind": "latency", "target": "leader:0", "duration": 1,
-                                                 "params": {"ms": 100}}]}
+                                                {"at": 2, "kind": "clock_skew", "target": "node:1", "duration": 1,
+                                                 "params": {"offset_s": 60}}]}
     s = scenario_mod.load(write(tmp_path, doc))
-    with pytest.raises(ScenarioError, match=r"s.yaml \(with attach=p\): faults\[3\].kind: 'latency' \(proxy fault\)"):
+    with pytest.raises(ScenarioError, match=r"s.yaml \(with attach=p\): faults\[3\].kind: 'clock_skew' "
+                                            r"\(clock fault\)"):
         resolve(s, Overrides(attach_project="p"))
     with pytest.raises(ScenarioError, match="cluster.config: an attached"):
         scenario_mod.load(write(tmp_path, {**BASE, "cluster": {"config": {"a": 1}}})).with_overrides(attach="p")
@@ -77,5 +88,8 @@ def test_the_cli_refuses_before_anything_starts(tmp_path, capsys):
     assert "leave out --bootstrap" in capsys.readouterr().err
     assert cli.main(["cluster", "attach", "--compose-project", "p", "--name", "x"]) == 2
     assert "--i-understand-faults-hit-this-cluster" in capsys.readouterr().err
+    assert cli.main(["cluster", "attach", "--compose-project", "p", "--name", "x", "--proxy-listen", "127.0.0.1",
+                     "--i-understand-faults-hit-this-cluster"]) == 2
+    assert "add --proxy" in capsys.readouterr().err
     assert not out.exists()
     assert isinstance(ScenarioError(""), KafkaproofError)

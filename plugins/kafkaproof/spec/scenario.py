@@ -22,7 +22,7 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import attach as attach_spec, pipeline_ledger, random_faults
+from . import attach as attach_spec, pipeline_ledger, random_faults, together
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
@@ -158,7 +158,8 @@ SCHEMA: dict[str, Any] = {
             }},
         "faults": {
             "type": "array",
-            "items": {"type": "object", "additionalProperties": False, "required": ["at", "kind"],
+            "items": together.timeline_item_schema({
+                      "type": "object", "additionalProperties": False, "required": ["at", "kind"],
                       "properties": {"at": {"type": "number", "minimum": 0,
                                             "description": "seconds after the workload starts"},
                                      "kind": {"enum": list(FAULT_KINDS)},
@@ -182,8 +183,9 @@ SCHEMA: dict[str, Any] = {
                                              "timeout_s": {"type": "number", "exclusiveMinimum": 0,
                                                            "description": "give up (the run is an error) after "
                                                                           "this long (default 60)"}}},
+                                     "group": {"type": "integer", "minimum": 0, "description": together.GROUP_DOC},
                                      "params": {"type": "object",
-                                                "description": "kind-specific; see `kafkaproof fault list --kinds`"}}}},
+                                                "description": "kind-specific; see `kafkaproof fault list --kinds`"}}})},
         "claims": {
             "type": "object", "additionalProperties": False,
             "description": "application-level claims judged besides the guarantee",
@@ -249,6 +251,7 @@ class TimelineFault:
     duration: float | None
     index: int = 0  # position in the scenario's `faults` list
     after: dict[str, Any] | None = None  # trigger: the state to wait for from `at` on
+    group: int | None = None  # faults of one group start at one instant (spec/together.py)
 
     @property
     def trigger_timeout_s(self) -> float:
@@ -356,7 +359,7 @@ class Scenario:
 
     def timeline(self) -> list[TimelineFault]:
         return sorted((TimelineFault(f["at"], FaultSpec(f["kind"], f.get("target", ""), f.get("params", {})),
-                                     f.get("duration"), i, f.get("after"))
+                                     f.get("duration"), i, f.get("after"), f.get("group"))
                        for i, f in enumerate(self.data["faults"])), key=lambda t: (t.at, t.index))
 
     def hash(self) -> str:
@@ -489,6 +492,7 @@ def validate_document(doc: Any, source: str, base_dir: Path | None = None) -> di
                             f"(application.drive); kafkaproof's own producers alongside it are not supported: "
                             f"remove producers")
     data = _merge(DEFAULTS, doc)
+    data["faults"] = together.expand(data["faults"])
     if "application" in doc:
         data["producers"]["count"] = 0  # the application produces; kafkaproof runs none of its own
     if random_spec is not None:
@@ -555,6 +559,7 @@ def _check_semantics(data: dict, source: str) -> None:
         cons.setdefault("group", f"kp-{data['name']}")
     if cons["mode"] == "assign" and cons["count"] > 1:
         fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
+    together.check_groups(data["faults"], brokers, node_ids, lambda k: FaultSpec(k).resolved_target, fail)
     proxy_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in PROXY_KINDS]
     if proxy_faults:
         if data["cluster"].get("proxy") is False:
@@ -604,8 +609,6 @@ def _check_semantics(data: dict, source: str) -> None:
             if any(n > brokers for n in named) or (target == "controller" and controllers):
                 fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
                                         f"(1..{brokers}): they act on the clients' requests")
-
-
     if data.get("random_faults"):
         _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):

@@ -174,6 +174,18 @@ def rolling_family_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[s
 
 
 # The judge of each family's faults: (kind, fault row, its effect) -> (took effect, evidence).
+def log_dir_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a log-directory failure took effect when, on every node it failed a directory of, the broker's log
+    says it stopped serving that directory's replicas (more often at the heal than at the injection)."""
+    dirs = effect.get("log_dir") or {}
+    after, before = effect.get("log_dir_offline") or {}, effect.get("offline_before") or {}
+    if not dirs:
+        return False, "no log directory was failed"
+    offline = {n: int(after.get(n, 0)) > int(before.get(n, 0)) for n in dirs}
+    return all(offline.values()), "; ".join(
+        f"node {n} {'took' if offline[n] else 'did NOT take'} {d} offline" for n, d in sorted(dirs.items()))
+
+
 FAMILY_JUDGES = {
     "process": process_effect,
     "network": network_effect,
@@ -181,6 +193,7 @@ FAMILY_JUDGES = {
     "rolling": rolling_family_effect,
     "clock": lambda kind, fault, effect: clock_effect(json.loads(fault.get("params") or "{}"), effect),
     "disk": disk_effect,
+    "log_dir": log_dir_effect,
     "consumer": consumer_effect,
     "app": app_effect,
 }

@@ -22,7 +22,7 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import attach as attach_spec, pipeline_ledger, random_faults, together
+from . import attach as attach_spec, jbod, pipeline_ledger, random_faults, together, triggers
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
@@ -82,6 +82,7 @@ SCHEMA: dict[str, Any] = {
                 "clock": {"type": "boolean",
                           "description": "nodes run under libfaketime, so clock faults can shift their clocks "
                                          "(default: on when the timeline has a clock fault; local backend)"},
+                "log_dirs": jbod.SCHEMA,
                 "disk": {"type": "boolean",
                          "description": "log directories on diskfs (FUSE), so disk faults can fail them, slow "
                                         "them, fill them or cut the power (default: on when the timeline has a "
@@ -559,6 +560,7 @@ def _check_semantics(data: dict, source: str) -> None:
         cons.setdefault("group", f"kp-{data['name']}")
     if cons["mode"] == "assign" and cons["count"] > 1:
         fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
+    jbod.check(data, fail)
     together.check_groups(data["faults"], brokers, node_ids, lambda k: FaultSpec(k).resolved_target, fail)
     proxy_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in PROXY_KINDS]
     if proxy_faults:
@@ -575,7 +577,7 @@ def _check_semantics(data: dict, source: str) -> None:
         where = f"faults[{i}]"
         target = f.get("target", "")
         if f.get("after"):
-            _check_trigger(f["after"], f"{where}.after", data, fail)
+            triggers.check_trigger(f["after"], f"{where}.after", data, fail)
         if target.startswith("consumer:"):
             if f["kind"] not in CONSUMER_FAULT_KINDS:
                 fail(f"{where}.kind", f"{f['kind']!r} cannot target a consumer; allowed: {', '.join(CONSUMER_FAULT_KINDS)}")
@@ -710,25 +712,6 @@ def _check_rolling(fault: dict, where: str, data: dict, fail) -> None:
     if version is not None and cluster.get("image"):
         fail("cluster.image", f"a rolling_upgrade ({where}) starts each node on kafkaproof/kafka:<version>; "
                               f"a cluster on a given image cannot be rolled to another version")
-
-
-def _check_trigger(after: dict, where: str, data: dict, fail) -> None:
-    event = after["event"]
-    needs = {"consumer_commit": "consumer", "isr_shrunk": "partition"}[event]
-    extra = sorted(set(after) - {"event", needs, "delay_s", "timeout_s"})
-    if extra:
-        fail(f"{where}.{extra[0]}", f"not a parameter of {event}; allowed: {needs}, delay_s, timeout_s")
-    if needs not in after:
-        fail(f"{where}.{needs}", f"required for {event}")
-    if event == "consumer_commit" and after["consumer"] >= data["consumers"]["count"]:
-        fail(f"{where}.consumer", f"consumer {after['consumer']} does not exist; consumers are "
-                                  f"0..{data['consumers']['count'] - 1}")
-    if event == "isr_shrunk":
-        if after["partition"] >= data["topic"]["partitions"]:
-            fail(f"{where}.partition", f"partition {after['partition']} does not exist; the topic has partitions "
-                                       f"0..{data['topic']['partitions'] - 1}")
-        if data["topic"]["replication_factor"] < 2:
-            fail(f"{where}.event", "isr_shrunk needs a replicated topic (topic.replication_factor >= 2)")
 
 
 # exercised[].check -> (parameters it needs, parameters it may take)

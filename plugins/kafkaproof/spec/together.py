@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
+from .fault_families import DISK, LOG_DIR, PROCESS, ROLLING
+
 MIN_TOGETHER, MAX_TOGETHER = 2, 8
-# Kinds that change a node's process: two of them on one node at one instant contradict each other.
-PROCESS_CHANGING = ("kill", "stop", "pause", "restart", "power_loss", "log_dir_failure", "rolling_upgrade",
-                    "rolling_restart")
-ROLLS = ("rolling_upgrade", "rolling_restart")
+# Kinds that change a node's process: two of them on one node at one instant contradict each other (the disk
+# kind that is no diskfs rule is power_loss; a log-directory failure's heal bounces the broker).
+PROCESS_CHANGING = (*PROCESS.kinds, *(k for k in DISK.kinds if k not in DISK.actions), *LOG_DIR.kinds,
+                    *ROLLING.kinds)
+ROLLS = tuple(ROLLING.kinds)
 GROUP_DOC = "faults of one group start at one instant (what a `together` block is expanded into)"
 # Targets that name every node (or every broker): they meet any other target on a node.
 _EVERY = ("all", "brokers")

@@ -92,6 +92,10 @@ class ClusterConfig:
         if self.clock and self.backend != "local":
             raise ClusterError(f"clock: only the local backend starts its nodes under libfaketime "
                                f"(backend is {self.backend})")
+        if not isinstance(self.log_dirs, int) or not 1 <= self.log_dirs <= jbod.MAX_LOG_DIRS or (
+                self.log_dirs > 1 and self.backend != "local"):
+            raise ClusterError(f"log_dirs must be 1 to {jbod.MAX_LOG_DIRS}, and above 1 only on the local backend; "
+                               f"got {self.log_dirs!r} (backend {self.backend})")
         if self.disk and self.backend != "local":
             raise ClusterError(f"disk: only the local backend puts its nodes' log directories on diskfs "
                                f"(backend is {self.backend})")

@@ -1074,3 +1074,18 @@ def needs_analysis(goldens: dict[str, Golden]) -> list[str]:
 # Issue 36.6.
 GOLDENS[reset_in_flight_attribution.__name__] = reset_in_flight_attribution
 GOLDENS[unread_answer_attribution.__name__] = unread_answer_attribution
+
+
+def together_skewed() -> Golden:
+    """Issue 45.2: a `together` group (a kill and a pause) whose faults began 1,500 ms apart (and whose third
+    fault was never injected): `faults_together` does not hold, so the clean history is an error, not a pass."""
+    g = Golden("together_skewed", status="error")
+    g.fault("k", "kill", 100, 900, target="node:1", effect={"node_states": {"1": "dead"}, "group": 0, "group_size": 3})
+    g.fault("p", "pause", 1600, 2400, target="node:2", effect={"node_states": {"2": "paused"}, "group": 0,
+                                                                "group_size": 3})
+    for seq in range(5):
+        g.acked(0, seq, seq * 10)
+    return g
+
+
+GOLDENS[together_skewed.__name__] = together_skewed

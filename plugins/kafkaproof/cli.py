@@ -52,7 +52,8 @@ def cmd_cluster_up(args) -> int:
                         kafka_version=args.kafka_version, broker_config=parse_kv(args.config, "--config"),
                         network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy,
                         backend=args.backend, image=args.image, compose_file=args.compose_file, clock=args.clock,
-                        disk=args.disk, client_security=args.security, sasl_mechanism=args.sasl_mechanism)
+                        disk=args.disk, log_dirs=args.log_dirs, client_security=args.security,
+                        sasl_mechanism=args.sasl_mechanism)
     cluster = start_cluster(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
@@ -562,6 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--disk", action="store_true",
                     help="local backend: put the nodes' log directories on diskfs (FUSE), so disk faults can fail, "
                          "slow or fill them, or cut a node's power (docs/disk.md)")
+    up.add_argument("--log-dirs", type=int, default=1, metavar="N",
+                    help="local backend: N log directories per broker (JBOD; with --disk, log_dir_failure fails one)")
     up.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
                     help="do not start brokers: front the existing cluster at these bootstrap servers with one "
                          "fault proxy per broker (proxy faults only; `cluster down` stops the proxies)")

@@ -174,6 +174,18 @@ def rolling_family_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[s
 
 
 # The judge of each family's faults: (kind, fault row, its effect) -> (took effect, evidence).
+def log_dir_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a log-directory failure took effect when, on every node it failed a directory of, the broker's log
+    says it stopped serving that directory's replicas (more often at the heal than at the injection)."""
+    dirs = effect.get("log_dir") or {}
+    after, before = effect.get("log_dir_offline") or {}, effect.get("offline_before") or {}
+    if not dirs:
+        return False, "no log directory was failed"
+    offline = {n: int(after.get(n, 0)) > int(before.get(n, 0)) for n in dirs}
+    return all(offline.values()), "; ".join(
+        f"node {n} {'took' if offline[n] else 'did NOT take'} {d} offline" for n, d in sorted(dirs.items()))
+
+
 FAMILY_JUDGES = {
     "process": process_effect,
     "network": network_effect,
@@ -181,6 +193,7 @@ FAMILY_JUDGES = {
     "rolling": rolling_family_effect,
     "clock": lambda kind, fault, effect: clock_effect(json.loads(fault.get("params") or "{}"), effect),
     "disk": disk_effect,
+    "log_dir": log_dir_effect,
     "consumer": consumer_effect,
     "app": app_effect,
 }
@@ -208,6 +221,7 @@ def exercise_results(faults: Sequence[Mapping[str, Any]], conditions: Sequence[M
         held, evidence = fault_effect(f)
         out.append({"check": "fault_took_effect", "subject": f"{f['kind']} {f.get('target') or ''} ({f['fault_id']})",
                     "fault_id": f["fault_id"], "held": held, "evidence": evidence})
+    out += together_results(faults)
     by_index = {}
     for f in faults:
         idx = (json.loads(f.get("effect") or "{}")).get("scenario_index")
@@ -265,4 +279,32 @@ def exercise_results(faults: Sequence[Mapping[str, Any]], conditions: Sequence[M
             evidence = f"unknown check {check!r}"
         out.append({"check": check, "subject": subject, "fault_id": None, "held": held, "evidence": evidence,
                     **({"why": c["why"]} if c.get("why") else {})})
+    return out
+
+
+MAX_TOGETHER_SKEW_MS = 1000.0
+
+
+def together_results(faults: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Pure: one `faults_together` result per group of correlated faults (a `together` block, whose faults'
+    `effect` records their `group` and `group_size`): held when every fault of the group was injected and
+    they began at most MAX_TOGETHER_SKEW_MS apart; the skew is the evidence."""
+    groups: dict[int, list[Mapping[str, Any]]] = {}
+    sizes: dict[int, int] = {}
+    for f in faults:
+        effect = json.loads(f.get("effect") or "{}")
+        if effect.get("group") is not None:
+            groups.setdefault(int(effect["group"]), []).append(f)
+            sizes[int(effect["group"])] = int(effect.get("group_size") or 0)
+    out = []
+    for group, members in sorted(groups.items()):
+        starts = [int(f["start_ns"]) for f in members]
+        skew_ms = (max(starts) - min(starts)) / 1e6
+        missing = max(0, sizes[group] - len(members))
+        held = not missing and skew_ms <= MAX_TOGETHER_SKEW_MS
+        evidence = (f"{len(members)} faults ({', '.join(f['kind'] + ' ' + str(f.get('target') or '') for f in members)})"
+                    f" began {skew_ms:.1f} ms apart (at most {MAX_TOGETHER_SKEW_MS:g})"
+                    + (f"; {missing} of the group's {sizes[group]} never injected" if missing else ""))
+        out.append({"check": "faults_together", "subject": f"group {group}", "fault_id": None, "held": held,
+                    "evidence": evidence})
     return out

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 
 from ..errors import ClusterError, ClusterNotRunning
 from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
+from ..spec.fault_families import kinds_needing
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
 from . import host, network, state
@@ -188,7 +189,7 @@ class ComposeCluster(ContainerNodes, StatefulCluster):
     @staticmethod
     def supported_for() -> frozenset[str]:
         """The fault kinds a compose cluster started here will support."""
-        return frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS)
+        return frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
 
     def unsupported_reason(self, kind: str) -> str:
         if kind in CLOCK_KINDS:

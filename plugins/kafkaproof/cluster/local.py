@@ -34,7 +34,8 @@ from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..paths import write_text_atomic
 from ..spec.cluster import (JIT_MODES, ClusterConfig, new_cluster_id, node_properties, plan_nodes, render_properties,
                             scram_format_args, shutdown_waves)
-from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS, NETWORK_KINDS
+from ..spec.fault_families import kinds_needing
+from ..spec.faults import CLOCK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, host, network, process, state
 from .base import START_MARKER, StatefulCluster
 from .disks import DiskFleet, unmount_leftovers
@@ -65,7 +66,7 @@ class LocalCluster(StatefulCluster, DiskFleet):
         kinds = self.supported_for("netns" if st.network == "netns" else "loopback")
         if not st.clock:
             kinds -= frozenset(CLOCK_KINDS)
-        return kinds if st.disk else kinds - frozenset(DISK_KINDS)
+        return kinds if st.disk else kinds - frozenset(kinds_needing("disk"))
 
     @staticmethod
     def supported_for(network_mode: str = "auto") -> frozenset[str]:
@@ -77,7 +78,7 @@ class LocalCluster(StatefulCluster, DiskFleet):
         if kind in CLOCK_KINDS:
             return (f"clock fault {kind!r} needs nodes started under libfaketime: start the cluster with "
                     f"`kafkaproof cluster up --clock` (scenarios: implied by a clock fault)")
-        if kind in DISK_KINDS:
+        if kind in kinds_needing("disk"):
             return (f"disk fault {kind!r} needs the nodes' log directories on diskfs: start the cluster with "
                     f"`kafkaproof cluster up --disk` (scenarios: implied by a disk fault)")
         return (f"network fault {kind!r} needs nodes in network namespaces (run as root); "
@@ -188,7 +189,7 @@ class LocalCluster(StatefulCluster, DiskFleet):
         host.forget_cluster(self.name)
         if keep_logs:  # keep server.log and properties, drop the (large) log segments
             for node in st.nodes:
-                shutil.rmtree(self.node_dir(node.id) / "data", ignore_errors=True)
+                shutil.rmtree(self.node_dir(node.id) / "data", ignore_errors=True)  # log-<i> (JBOD) inside it
                 shutil.rmtree(self.node_dir(node.id) / BACKING_DIR, ignore_errors=True)
         else:
             shutil.rmtree(state.cluster_dir(self.name), ignore_errors=True)

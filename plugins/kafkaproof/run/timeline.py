@@ -10,6 +10,7 @@ from ..errors import KafkaproofError
 from ..faults import AppHandler, ConsumerHandler, FaultInjector
 from ..faults.families.app import Fleet
 from ..spec.fault_families import APP, CONSUMER
+from ..spec import together
 from ..spec.scenario import TimelineFault
 from .control import POLL_S, RunControl
 from .workers import WorkerEvents, Workers
@@ -55,6 +56,9 @@ class Timeline:
         self.run_faults = {CONSUMER.target_prefix: ConsumerHandler(workers), APP.target_prefix: AppHandler(services)}
         self.healed: set[int] = set()
         self._threads: list[threading.Thread] = []
+        # One barrier per group of correlated faults (a `together` block): its faults start at one instant.
+        self._barriers = {g: threading.Barrier(len(ps)) for g, ps in together.groups(
+            [{"group": e.group} for e in self.entries]).items()}
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -68,6 +72,8 @@ class Timeline:
     def stop(self) -> None:
         """Stop waiting: faults not yet injected never will be; faults waiting out their duration heal now."""
         self._stop.set()
+        for barrier in self._barriers.values():
+            barrier.abort()
         for thread in self._threads:
             thread.join(timeout=120)
 
@@ -85,6 +91,8 @@ class Timeline:
 
     def _lifecycle(self, pos: int, entry: TimelineFault) -> None:
         if not self._await_time(entry, "inject", entry.at):
+            if entry.group is not None:  # the others of its group need not wait out their grace
+                self._barriers[entry.group].abort()
             return
         annotations: dict[str, Any] = {"scenario_index": entry.index}
         if entry.after:
@@ -93,6 +101,11 @@ class Timeline:
                 self._acknowledge(entry, "inject", error="not injected: its trigger did not happen")
                 return
             annotations.update(trigger)
+        if entry.group is not None:
+            if not self._await_group(entry):
+                self._acknowledge(entry, "inject", error="not injected: the other faults of its group did not start")
+                return
+            annotations.update(group=entry.group, group_size=self._barriers[entry.group].parties)
         began_s = round(time.monotonic() - self.t0, 3)  # a graceful stop takes seconds to be in effect
         injected = self._inject(pos, entry, annotations)
         self._acknowledge(entry, "inject", **({**injected, "began_s": began_s} if injected else
@@ -130,6 +143,20 @@ class Timeline:
                 return False
             self._stop.wait(POLL_S)
         return False
+
+    def _await_group(self, entry: TimelineFault) -> bool:
+        """Wait until every fault of the entry's group is due (its time, or its fault task's request), so they
+        are injected at one instant; False when stopped, or when one of them never came (an error of the run)."""
+        try:
+            self._barriers[entry.group].wait(timeout=REQUEST_GRACE_S)
+            return True
+        except threading.BrokenBarrierError:
+            if not self._stop.is_set():
+                msg = (f"faults[{entry.index}] ({entry.describe()}): not every fault of group {entry.group} was due "
+                       f"within {REQUEST_GRACE_S:g}s of the others, so none of them was injected")
+                log.error("%s", msg)
+                self.run.fault_errors.append(msg)
+            return False
 
     def _acknowledge(self, entry: TimelineFault, action: str, **result: Any) -> None:
         if self.control is not None:

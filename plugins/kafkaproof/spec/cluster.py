@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import ClusterError
+from . import jbod
 from .connection import PROXY_ON_TLS, SASL_MECHANISMS, SECURITY_PROTOCOLS
 from .versions import DEFAULT_KAFKA_VERSION
 
@@ -68,6 +69,7 @@ class ClusterConfig:
     compose_file: str | None = None  # compose: the user's own file instead of compose/<topology>.yml
     clock: bool = False  # local: nodes run under libfaketime, so clock faults can shift their clocks
     disk: bool = False  # local: log directories on diskfs (FUSE), so disk faults can fail them or cut the power
+    log_dirs: int = 1  # local: log directories per broker (JBOD, spec/jbod.py)
     client_security: str = "PLAINTEXT"  # local: the CLIENT listener's protocol (INTERNAL and CONTROLLER stay plaintext)
     sasl_mechanism: str = "SCRAM-SHA-256"  # local, with a SASL protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 
@@ -90,6 +92,10 @@ class ClusterConfig:
         if self.clock and self.backend != "local":
             raise ClusterError(f"clock: only the local backend starts its nodes under libfaketime "
                                f"(backend is {self.backend})")
+        if not isinstance(self.log_dirs, int) or not 1 <= self.log_dirs <= jbod.MAX_LOG_DIRS or (
+                self.log_dirs > 1 and self.backend != "local"):
+            raise ClusterError(f"log_dirs must be 1 to {jbod.MAX_LOG_DIRS}, and above 1 only on the local backend; "
+                               f"got {self.log_dirs!r} (backend {self.backend})")
         if self.disk and self.backend != "local":
             raise ClusterError(f"disk: only the local backend puts its nodes' log directories on diskfs "
                                f"(backend is {self.backend})")
@@ -119,12 +125,14 @@ class ClusterConfig:
         """Pure: the config of a running cluster from its state file's `node_layout()` (inverse of it)."""
         return cls(name=name, brokers=layout["brokers"], controllers=layout["controllers"],
                    kafka_version=kafka_version, broker_config=dict(layout["broker_config"]),
-                   node_config={int(k): dict(v) for k, v in layout["node_config"].items()})
+                   node_config={int(k): dict(v) for k, v in layout["node_config"].items()},
+                   log_dirs=int(layout.get("log_dirs", 1)))
 
     def node_layout(self) -> dict[str, Any]:
         """Pure: the nodes and their settings, as a cluster's state file records them."""
-        return {"brokers": self.brokers, "controllers": self.controllers, "broker_config": dict(self.broker_config),
-                "node_config": {str(k): dict(v) for k, v in self.node_config.items()}}
+        layout = {"brokers": self.brokers, "controllers": self.controllers, "broker_config": dict(self.broker_config),
+                  "node_config": {str(k): dict(v) for k, v in self.node_config.items()}}
+        return {**layout, "log_dirs": self.log_dirs} if self.log_dirs > 1 else layout  # older states: 1
 
     def broker_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))
@@ -246,7 +254,7 @@ def node_properties(config: ClusterConfig, node: dict, nodes: list[dict], workdi
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(listeners),
         "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(workdir / "data"),
+        **jbod.dir_properties(workdir / "data", config.log_dirs if "broker" in roles else 1),
     }
     if "broker" in roles:
         props["advertised.listeners"] = ",".join(advertised)
@@ -377,4 +385,4 @@ def cluster_config(data: dict, name: str, base: Path | None = None) -> ClusterCo
                          node_config={int(k): v for k, v in c["node_config"].items()},
                          proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"),
                          image=c.get("image"), compose_file=compose_file, clock=bool(c.get("clock", False)),
-                         disk=bool(c.get("disk", False)))
+                         disk=bool(c.get("disk", False)), log_dirs=int(c.get("log_dirs", 1)))

@@ -238,6 +238,14 @@ DISK = FamilySpec(
     check=lambda kind, params, where: check_disk_params(params, where))
 # A consumer process of the run (target `consumer:<i>`) killed, stopped or paused; the run starts it again
 # at heal. Injected by the run (it owns the consumer processes), not on the cluster.
+# One log directory of a broker with several (cluster.log_dirs) fails: a diskfs rule fails every operation under
+# it until the heal, which removes the rule and bounces the broker (Kafka brings an offline directory back
+# only on a restart). `dir`: its index (default: the one holding the partition the target names).
+LOG_DIR = FamilySpec(
+    "log_dir", {"log_dir_failure": {"dir": (int, False), "partition": (int, False)}},
+    effect_fields=("log_dir", "offline_before"), heal_fields=("disk_fired", "log_dir_offline"),
+    undo=("disk_rules", "restart"), needs="disk", default_target="leader:0",
+    colors={"log_dir_failure": "#7f7f7f"})
 CONSUMER = FamilySpec("consumer", {"kill": {}, "stop": {}, "pause": {}},
                       effect_fields=("consumer_state",), heal_fields=("consumer_restarted",),
                       target_prefix="consumer:", target_forms=("consumer:<index>",),
@@ -261,7 +269,8 @@ APP = FamilySpec(
     colors={"kill": "#a50f15", "stop": "#c51b8a", "pause": "#6a51a3", "restart": "#636363"})
 
 # The registry, in the order kinds are listed (CLI, schema, random draws).
-FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (PROCESS, NETWORK, PROXY, ROLLING, CLOCK, DISK, CONSUMER, APP)}
+FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (PROCESS, NETWORK, PROXY, ROLLING, CLOCK, DISK, LOG_DIR, CONSUMER,
+                                                        APP)}
 # The families injected on cluster nodes (the others have a target prefix of their own).
 NODE_FAMILIES = tuple(f for f in FAMILIES.values() if not f.target_prefix)
 

@@ -22,7 +22,7 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import attach as attach_spec, pipeline_ledger, random_faults
+from . import attach as attach_spec, jbod, pipeline_ledger, random_faults, together, triggers
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
@@ -82,6 +82,7 @@ SCHEMA: dict[str, Any] = {
                 "clock": {"type": "boolean",
                           "description": "nodes run under libfaketime, so clock faults can shift their clocks "
                                          "(default: on when the timeline has a clock fault; local backend)"},
+                "log_dirs": jbod.SCHEMA,
                 "disk": {"type": "boolean",
                          "description": "log directories on diskfs (FUSE), so disk faults can fail them, slow "
                                         "them, fill them or cut the power (default: on when the timeline has a "
@@ -158,7 +159,8 @@ SCHEMA: dict[str, Any] = {
             }},
         "faults": {
             "type": "array",
-            "items": {"type": "object", "additionalProperties": False, "required": ["at", "kind"],
+            "items": together.timeline_item_schema({
+                      "type": "object", "additionalProperties": False, "required": ["at", "kind"],
                       "properties": {"at": {"type": "number", "minimum": 0,
                                             "description": "seconds after the workload starts"},
                                      "kind": {"enum": list(FAULT_KINDS)},
@@ -182,8 +184,9 @@ SCHEMA: dict[str, Any] = {
                                              "timeout_s": {"type": "number", "exclusiveMinimum": 0,
                                                            "description": "give up (the run is an error) after "
                                                                           "this long (default 60)"}}},
+                                     "group": {"type": "integer", "minimum": 0, "description": together.GROUP_DOC},
                                      "params": {"type": "object",
-                                                "description": "kind-specific; see `kafkaproof fault list --kinds`"}}}},
+                                                "description": "kind-specific; see `kafkaproof fault list --kinds`"}}})},
         "claims": {
             "type": "object", "additionalProperties": False,
             "description": "application-level claims judged besides the guarantee",
@@ -249,6 +252,7 @@ class TimelineFault:
     duration: float | None
     index: int = 0  # position in the scenario's `faults` list
     after: dict[str, Any] | None = None  # trigger: the state to wait for from `at` on
+    group: int | None = None  # faults of one group start at one instant (spec/together.py)
 
     @property
     def trigger_timeout_s(self) -> float:
@@ -356,7 +360,7 @@ class Scenario:
 
     def timeline(self) -> list[TimelineFault]:
         return sorted((TimelineFault(f["at"], FaultSpec(f["kind"], f.get("target", ""), f.get("params", {})),
-                                     f.get("duration"), i, f.get("after"))
+                                     f.get("duration"), i, f.get("after"), f.get("group"))
                        for i, f in enumerate(self.data["faults"])), key=lambda t: (t.at, t.index))
 
     def hash(self) -> str:
@@ -489,6 +493,7 @@ def validate_document(doc: Any, source: str, base_dir: Path | None = None) -> di
                             f"(application.drive); kafkaproof's own producers alongside it are not supported: "
                             f"remove producers")
     data = _merge(DEFAULTS, doc)
+    data["faults"] = together.expand(data["faults"])
     if "application" in doc:
         data["producers"]["count"] = 0  # the application produces; kafkaproof runs none of its own
     if random_spec is not None:
@@ -555,6 +560,8 @@ def _check_semantics(data: dict, source: str) -> None:
         cons.setdefault("group", f"kp-{data['name']}")
     if cons["mode"] == "assign" and cons["count"] > 1:
         fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
+    jbod.check(data, fail)
+    together.check_groups(data["faults"], brokers, node_ids, lambda k: FaultSpec(k).resolved_target, fail)
     proxy_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in PROXY_KINDS]
     if proxy_faults:
         if data["cluster"].get("proxy") is False:
@@ -570,7 +577,7 @@ def _check_semantics(data: dict, source: str) -> None:
         where = f"faults[{i}]"
         target = f.get("target", "")
         if f.get("after"):
-            _check_trigger(f["after"], f"{where}.after", data, fail)
+            triggers.check_trigger(f["after"], f"{where}.after", data, fail)
         if target.startswith("consumer:"):
             if f["kind"] not in CONSUMER_FAULT_KINDS:
                 fail(f"{where}.kind", f"{f['kind']!r} cannot target a consumer; allowed: {', '.join(CONSUMER_FAULT_KINDS)}")
@@ -604,8 +611,6 @@ def _check_semantics(data: dict, source: str) -> None:
             if any(n > brokers for n in named) or (target == "controller" and controllers):
                 fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
                                         f"(1..{brokers}): they act on the clients' requests")
-
-
     if data.get("random_faults"):
         _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):
@@ -707,25 +712,6 @@ def _check_rolling(fault: dict, where: str, data: dict, fail) -> None:
     if version is not None and cluster.get("image"):
         fail("cluster.image", f"a rolling_upgrade ({where}) starts each node on kafkaproof/kafka:<version>; "
                               f"a cluster on a given image cannot be rolled to another version")
-
-
-def _check_trigger(after: dict, where: str, data: dict, fail) -> None:
-    event = after["event"]
-    needs = {"consumer_commit": "consumer", "isr_shrunk": "partition"}[event]
-    extra = sorted(set(after) - {"event", needs, "delay_s", "timeout_s"})
-    if extra:
-        fail(f"{where}.{extra[0]}", f"not a parameter of {event}; allowed: {needs}, delay_s, timeout_s")
-    if needs not in after:
-        fail(f"{where}.{needs}", f"required for {event}")
-    if event == "consumer_commit" and after["consumer"] >= data["consumers"]["count"]:
-        fail(f"{where}.consumer", f"consumer {after['consumer']} does not exist; consumers are "
-                                  f"0..{data['consumers']['count'] - 1}")
-    if event == "isr_shrunk":
-        if after["partition"] >= data["topic"]["partitions"]:
-            fail(f"{where}.partition", f"partition {after['partition']} does not exist; the topic has partitions "
-                                       f"0..{data['topic']['partitions'] - 1}")
-        if data["topic"]["replication_factor"] < 2:
-            fail(f"{where}.event", "isr_shrunk needs a replicated topic (topic.replication_factor >= 2)")
 
 
 # exercised[].check -> (parameters it needs, parameters it may take)

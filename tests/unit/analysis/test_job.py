@@ -202,3 +202,19 @@ def test_a_large_local_ledger_gets_the_full_jit_a_small_one_and_a_uri_do_not(tmp
     assert submit.size_conf(["hdfs://nn/runs/r1"]) == {}
     monkeypatch.setattr(submit, "FULL_JIT_MIN_ROWS", 15)
     assert submit.size_conf([tmp_path]) == {}
+
+
+@pytest.mark.unit
+def test_faults_together_holds_within_a_second_and_names_the_skew():
+    def member(kind: str, start_ms: float, size: int = 2) -> dict:
+        return {**_fault(kind, target="node:1"), "start_ns": int(start_ms * 1e6),
+                "effect": json.dumps({"node_states": {"1": "dead" if kind == "kill" else "paused"}, "group": 3,
+                                      "group_size": size})}
+    together = lambda results: [r for r in results if r["check"] == "faults_together"]  # noqa: E731
+    (close,) = together(job.exercise_results([member("kill", 10), member("pause", 12.5)], [], [], {}, {}, 0, {}, t0=0))
+    assert close["held"] and close["subject"] == "group 3" and "2.5 ms apart" in close["evidence"]
+    (far,) = together(job.exercise_results([member("kill", 10), member("pause", 1500)], [], [], {}, {}, 0, {}, t0=0))
+    assert not far["held"] and "1490.0 ms apart" in far["evidence"]
+    (short,) = together(job.exercise_results([member("kill", 10, 3), member("pause", 11, 3)], [], [], {}, {}, 0, {},
+                                             t0=0))
+    assert not short["held"] and "1 of the group's 3 never injected" in short["evidence"]

@@ -150,3 +150,64 @@ def test_a_fault_task_killed_mid_fault_is_healed_by_the_run_at_once(tmp_path, mo
     assert injector.injected == [] and time.monotonic() - killed < 2  # healed now, not 60 s later
     (error,) = timeline.run.fault_errors  # the fault did not last as scheduled: the run is no verdict
     assert f"its fault task (pid {task.pid}) ended before it asked for the heal; the run healed it" in error
+
+
+# Correlated faults (issue 45.2): the faults of a group start at one instant, through one barrier in the
+# timeline, whether the run times them itself or the DAG's fault tasks ask for them.
+
+
+def _pair(at: float = 0.2) -> list[TimelineFault]:
+    return [TimelineFault(at, FaultSpec("kill", "node:1"), None, 0, group=0),
+            TimelineFault(at, FaultSpec("pause", "node:2"), None, 1, group=0)]
+
+
+def test_a_group_is_injected_at_one_instant_by_the_run():
+    injector, t0 = FakeInjector(), time.monotonic()
+    timeline = Timeline(FakeRun(_pair()), injector, workers=None, t0=t0)
+    timeline.start()
+    deadline = time.monotonic() + 5
+    while not timeline.finished() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    starts = [times[0] for times in injector.times.values()]
+    assert len(starts) == 2 and not timeline.run.fault_errors
+    assert max(starts) - min(starts) < 0.05
+    timeline.heal_everything()
+
+
+def test_fault_tasks_asking_apart_start_their_group_at_the_later_request(tmp_path, monkeypatch):
+    timeline, injector, t0 = start_run(tmp_path, monkeypatch, _pair())
+    results: dict[int, dict] = {}
+
+    def task(i: int, delay: float) -> None:
+        time.sleep(delay)
+        results[i] = drive_fault("af-test", i, 5, log=lambda m: None)
+    tasks = [threading.Thread(target=task, args=(0, 0.0)), threading.Thread(target=task, args=(1, 0.5))]
+    for t in tasks:
+        t.start()
+    for t in tasks:
+        t.join(10)
+    starts = sorted(times[0] - t0 for times in injector.times.values())
+    assert len(starts) == 2 and not timeline.run.fault_errors
+    assert starts[1] - starts[0] < 0.05 and starts[0] > 0.4  # the first waited for the second's request
+    timeline.heal_everything()
+
+
+def test_a_group_member_whose_task_never_asks_stops_the_whole_group(tmp_path, monkeypatch):
+    monkeypatch.setattr(timeline_mod, "REQUEST_GRACE_S", 0.3)
+    timeline, injector, _ = start_run(tmp_path, monkeypatch, _pair(0.1))
+    answers: list[str] = []
+
+    def task() -> None:  # faults[0]'s task asks; faults[1]'s never does
+        try:
+            drive_fault("af-test", 0, 3, log=lambda m: None)
+        except FaultError as e:
+            answers.append(str(e))
+    asker = threading.Thread(target=task)
+    asker.start()
+    deadline = time.monotonic() + 5
+    while not timeline.finished() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert injector.times == {}  # neither fault of the group was injected
+    asker.join(10)
+    assert any("did not ask for the inject" in e for e in timeline.run.fault_errors)
+    assert answers and "not injected" in answers[0]

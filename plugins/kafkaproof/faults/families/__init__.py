@@ -1,6 +1,7 @@
 """The fault families' handlers, registered in one place against the registry of `spec.fault_families`.
 
-One module per family (process, network, proxy, rolling, clock, disk, consumer, app), each a handler that owns
+One module per family (process, network, proxy, rolling, clock, disk, log_dir, consumer,
+app), each a handler that owns
 its kinds' checks past the spec's, inject, heal and "took effect" evidence (the `effect` record and the heal
 record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
 the consumer and app handlers (it owns the consumer processes and the application's services). README
@@ -14,6 +15,7 @@ from .base import FaultHandler, Injection
 from .clock import ClockHandler
 from .consumer import ConsumerHandler
 from .disk import DiskHandler
+from .log_dir import LogDirHandler
 from .network import NetworkHandler
 from .process import ProcessHandler
 from .proxy import ProxyHandler
@@ -22,7 +24,8 @@ from .rolling import RollingHandler
 # Family name -> its handler on cluster nodes (the consumer and app families' handlers are made per run:
 # ConsumerHandler, AppHandler).
 HANDLERS: dict[str, FaultHandler] = {h.family.name: h for h in (
-    ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler())}
+    ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler(),
+    LogDirHandler())}
 
 
 def handler_for(kind: str) -> FaultHandler:

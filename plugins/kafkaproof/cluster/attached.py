@@ -2,8 +2,9 @@
 
 `AttachedCluster.up(project, name)` finds the project's containers through the engine by compose's own
 label (`com.docker.compose.project=<project>`, any image), keeps those whose environment describes a
-Kafka node (`attach_env.py`: bitnami `KAFKA_CFG_*`, apache/kafka and Confluent `KAFKA_*`), reads each
-node's id, roles and listeners, picks the advertised listener a published port reaches as the address
+Kafka node (`attach_env.py`: bitnami `KAFKA_CFG_*`, apache/kafka and Confluent `KAFKA_*`) or whose
+command runs a broker, reads each node's id, roles and listeners (from the environment, else from the
+broker's own config file in the container: `attach_config.py`), picks the advertised listener a published port reaches as the address
 clients on this host use, and checks it against the brokers' own metadata. Anything missing (no Kafka
 container, an unreadable node id, a broker no published port reaches, a paused or exited container, a
 broker the metadata names at another address) is refused, naming the container, before anything is
@@ -18,8 +19,8 @@ kafkaproof created and the consumer groups that committed only to them, and wait
 every broker is back in the cluster metadata. It never removes or stops for good a container, network
 or volume: the project is the team's.
 
-Not built yet on attached projects: network and proxy faults, rolling restarts and upgrades, clock and
-disk faults, secured listeners, settings from a broker config file.
+Not built yet on attached projects: network and proxy faults, rolling upgrades and settings changes,
+clock and disk faults, secured listeners.
 """
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ import json
 import logging
 import shutil
 import time
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning
 from ..spec.faults import PROCESS_KINDS
 from . import docker_engine as de
 from . import host, procs, state
-from .attach_env import client_listener, read_kafka_env
+from .attach_config import read_config_file
+from .attach_env import ConfigFile, client_listener, needs_config_file, read_kafka_env
 from .containers import ContainerNodes
 from .external import ExternalCluster, discover_brokers
 from .heal import heal_recorded
@@ -57,6 +59,15 @@ def is_kafka_env(env: Mapping[str, str]) -> bool:
     return any(f"{prefix}{m}" in env for prefix in ("KAFKA_", "KAFKA_CFG_") for m in _KAFKA_MARKERS)
 
 
+def runs_kafka(inspected: Mapping[str, Any]) -> bool:
+    """Pure: whether a container's command runs a Kafka broker from a config file (no Kafka environment
+    needed: a team's image that bakes or mounts its own server.properties)."""
+    config = inspected.get("Config") or {}
+    words = [inspected.get("Path") or "", *(inspected.get("Args") or []), *(config.get("Entrypoint") or []),
+             *(config.get("Cmd") or [])]
+    return any("kafka.Kafka" in w or "kafka-server-start" in w for w in words)
+
+
 def published_ports(inspected: Mapping[str, Any]) -> dict[int, int]:
     """Pure: {container port: host port} of a container's published TCP ports (`docker inspect`)."""
     out: dict[int, int] = {}
@@ -68,14 +79,17 @@ def published_ports(inspected: Mapping[str, Any]) -> dict[int, int]:
     return out
 
 
-def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Pure: the state-file nodes of a compose project's Kafka containers (`docker inspect` of every
-    container of the project), ordered by node id; ClusterError naming each container and what is missing."""
+def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]],
+                        read_config: Callable[[str], ConfigFile] | None = None) -> list[dict[str, Any]]:
+    """Pure but for `read_config` (container name -> its broker config file, asked only of a running
+    container whose environment leaves out the node id, roles or listeners): the state-file nodes of a
+    compose project's Kafka containers (`docker inspect` of every container of the project), ordered by
+    node id; ClusterError naming each container and what is missing."""
     nodes, problems, seen = [], [], {}
     for c in inspected:
         name = c["Name"].lstrip("/")
         env = dict(item.partition("=")[::2] for item in (c.get("Config") or {}).get("Env") or [])
-        if not is_kafka_env(env):
+        if not (is_kafka_env(env) or runs_kafka(c)):
             continue
         status = (c.get("State") or {}).get("Status")
         if status != "running" or (c.get("State") or {}).get("Paused"):
@@ -83,11 +97,13 @@ def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]]) ->
                             f"up -d`) before attaching")
             continue
         try:
-            kenv = read_kafka_env(env, f"container {name}")
+            config = read_config(name) if read_config and needs_config_file(env) else None
+            kenv = read_kafka_env(env, f"container {name}", config)
             entry: dict[str, Any] = {"id": kenv.node_id, "roles": list(kenv.roles), "container": name,
                                      "service": (c.get("Config") or {}).get("Labels", {}).get(SERVICE_LABEL),
                                      "link": None, "status": "running",
-                                     "container_id": c["Id"], "log_dir": kenv.log_dir, "convention": kenv.convention}
+                                     "container_id": c["Id"], "log_dir": kenv.log_dir, "convention": kenv.convention,
+                                     "config_file": config.path if config else None}
             controller = next((x for x in kenv.listeners if x.name in kenv.controller_listeners), None)
             entry["controller_port"] = controller.port if controller else None
             if kenv.is_broker:
@@ -140,7 +156,7 @@ def inspect_project(project: str, timeout_s: float = 15.0) -> dict[str, Any]:
     """Read-only: the project's Kafka nodes (ids, roles, containers, addresses) checked against the brokers'
     metadata, and the cluster id. Nothing is recorded or changed."""
     de.ensure_engine()
-    nodes = plan_attached_nodes(project, project_containers(project))
+    nodes = plan_attached_nodes(project, project_containers(project), read_config_file)
     bootstrap = ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in nodes if "broker" in n["roles"])
     brokers, cluster_id = discover_brokers(bootstrap, timeout_s)
     problems = metadata_problems(nodes, brokers)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kafkaproof.cluster.attach_env import ConfigFile, parse_properties
 from kafkaproof.cluster.attached import (AttachedCluster, is_kafka_env, metadata_problems, plan_attached_nodes,
-                                         published_ports)
+                                         published_ports, runs_kafka)
 from kafkaproof.errors import ClusterError
 from kafkaproof.spec.faults import PROCESS_KINDS
 
@@ -74,3 +75,39 @@ def test_only_process_faults_are_supported_and_the_others_are_refused_with_the_r
     assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS)
     reason = AttachedCluster.unsupported_reason(object.__new__(AttachedCluster), "isolate")
     assert "isolate" in reason and "network, proxy, rolling, clock and disk" in reason
+
+
+def test_a_container_configured_by_its_own_config_file_is_planned_from_that_file():
+    team = container("broker-a", {"KAFKA_HEAP_OPTS": "-Xmx1g"}, {9092: 19092})
+    team["Path"], team["Args"] = "/opt/team/start.sh", ["kafka-server-start.sh", "/etc/team/server.properties"]
+    asked = []
+
+    def read_config(name: str) -> ConfigFile:
+        asked.append(name)
+        return ConfigFile("/etc/team/server.properties", parse_properties(
+            "node.id=7\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
+            "advertised.listeners=PLAINTEXT://localhost:19092\ncontroller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"))
+
+    nodes = plan_attached_nodes("p", [APP, team, container("kafka", E1_KAFKA, {9092: 9092})], read_config)
+    assert asked == ["broker-a"]  # the environment of kafka says it all: its file is not read
+    assert [(n["id"], n["container"], n["client_port"], n["config_file"]) for n in nodes] == [
+        (0, "kafka", 9092, None), (7, "broker-a", 19092, "/etc/team/server.properties")]
+    assert runs_kafka(team) and not runs_kafka(APP)
+
+
+def test_a_container_whose_node_id_neither_its_environment_nor_a_config_file_gives_is_refused():
+    stopped = container("kafka-old", {"KAFKA_PROCESS_ROLES": "broker"}, {}, status="exited")
+    missing = container("kafka", {"KAFKA_PROCESS_ROLES": "broker"}, {9092: 9092})
+    asked = []
+
+    def read_config(name: str) -> ConfigFile:
+        asked.append(name)
+        return ConfigFile(None, {}, ("/opt/kafka/config/server.properties",))
+
+    with pytest.raises(ClusterError) as e:
+        plan_attached_nodes("p", [stopped, missing], read_config)
+    assert asked == ["kafka"]  # an exited container is refused as it is, nothing read from it
+    text = str(e.value)
+    assert "container kafka-old: is exited" in text and "container kafka: no node id" in text
+    assert "no broker config file was found (/opt/kafka/config/server.properties)" in text

@@ -47,9 +47,12 @@ BACKEND = "attached"
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 DETACH_WAIT_S = 60.0
-SUPPORTED = frozenset(PROCESS_KINDS)
-NOT_YET = (f"on an attached compose project only process faults ({', '.join(PROCESS_KINDS)}) are built so far; "
-           f"network, proxy, rolling, clock and disk faults are not (docs/compose.md)")
+SUPPORTED = frozenset(PROCESS_KINDS) | {"rolling_restart"}
+NOT_YET = (f"on an attached compose project only process faults ({', '.join(PROCESS_KINDS)}) and rolling_restart "
+           f"are built so far; network, proxy, clock and disk faults and rolling_upgrade are not (docs/compose.md)")
+ROLL_REFUSED = ("an attached compose project's containers are restarted in place, never recreated: rolling them onto "
+                "{what} would mean recreating your service with another image or environment, which is yours to do "
+                "(`docker compose up -d`); a rolling_restart without `config` restarts each container as it is")
 # Variables that say a container is a Kafka node (else it is another service of the project: an app, a UI).
 _KAFKA_MARKERS = ("NODE_ID", "BROKER_ID", "PROCESS_ROLES", "LISTENERS", "ADVERTISED_LISTENERS")
 
@@ -186,6 +189,26 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
 
     def unsupported_reason(self, kind: str) -> str:
         return f"fault {kind!r}: {NOT_YET}"
+
+    # --- rolling restarts: each container restarted in place (`faults/families/rolling.py`) ----------------------
+    def roll_refused(self, version: str | None, settings: Mapping[str, Any]) -> str | None:
+        """Refused: another Kafka version or settings (the team's service would have to be recreated)."""
+        return attached_roll_refused(version, settings)
+
+    def start_node_as(self, node_id: int, version: str | None, settings: Mapping[str, Any]) -> None:
+        """Start the stopped container again as it was (a roll's step); anything else is refused."""
+        refused = attached_roll_refused(None if version == self.node_version(node_id) else version, settings)
+        if refused:
+            raise ClusterError(refused)
+        self.start_node(node_id)
+
+    def node_log_since_start(self, node_id: int) -> str:
+        """The container's output since its latest start (`docker logs --since StartedAt`): earlier starts'
+        lines (a fatal line of last week) do not count."""
+        started = self._inspect_state(node_id).get("StartedAt")
+        proc = de.docker("logs", *(["--since", started] if started else []), self.node(node_id).container,
+                         check=False, timeout=60)
+        return proc.stdout + proc.stderr if proc.returncode == 0 else ""
 
     @classmethod
     def up(cls, project: str, name: str, timeout_s: float = 30.0) -> "AttachedCluster":  # type: ignore[override]
@@ -334,6 +357,13 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
     def status_fields(self, st: ClusterState) -> dict[str, Any]:
         return {"backend": BACKEND, "kafka_version": None, "project": st.compose.project, "network": "engine",
                 "engine": st.engine}
+
+
+def attached_roll_refused(version: str | None, settings: Mapping[str, Any]) -> str | None:
+    """Pure: why an attached project cannot be rolled onto `version` (None: the same) with `settings`, or None."""
+    what = " and ".join(x for x in ((f"Kafka {version}" if version else ""),
+                                     (f"settings {dict(settings)}" if settings else "")) if x)
+    return ROLL_REFUSED.format(what=what) if what else None
 
 
 def own_groups(admin, topics: set[str]) -> list[str]:

@@ -6,7 +6,7 @@ import pytest
 
 from kafkaproof.cluster.attach_env import ConfigFile, parse_properties
 from kafkaproof.cluster.attached import (AttachedCluster, is_kafka_env, metadata_problems, plan_attached_nodes,
-                                         published_ports, runs_kafka)
+                                         published_ports, runs_kafka, attached_roll_refused)
 from kafkaproof.errors import ClusterError
 from kafkaproof.spec.faults import PROCESS_KINDS
 
@@ -71,10 +71,17 @@ def test_bad_projects_are_refused_before_anything_is_touched(containers, words):
     assert all(w in str(e.value) for w in words), str(e.value)
 
 
-def test_only_process_faults_are_supported_and_the_others_are_refused_with_the_reason():
-    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS)
+def test_only_process_faults_and_rolling_restarts_are_supported_and_the_others_are_refused_with_the_reason():
+    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS) | {"rolling_restart"}
     reason = AttachedCluster.unsupported_reason(object.__new__(AttachedCluster), "isolate")
-    assert "isolate" in reason and "network, proxy, rolling, clock and disk" in reason
+    assert "isolate" in reason and "network, proxy, clock and disk" in reason
+
+
+def test_rolls_onto_another_version_or_settings_are_refused_on_an_attached_project_with_the_reason():
+    assert attached_roll_refused(None, {}) is None  # a plain rolling restart: each container in place
+    assert "onto Kafka 4.3.1 would mean recreating your service" in attached_roll_refused("4.3.1", {})
+    assert "settings {'num.io.threads': 4}" in attached_roll_refused(None, {"num.io.threads": 4})
+    assert AttachedCluster.roll_refused(object.__new__(AttachedCluster), None, {}) is None
 
 
 def test_a_container_configured_by_its_own_config_file_is_planned_from_that_file():

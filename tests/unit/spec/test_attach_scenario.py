@@ -26,6 +26,9 @@ def write(tmp_path: Path, doc) -> Path:
 def test_an_attaching_scenario_with_process_and_consumer_faults_is_valid(tmp_path):
     s = scenario_mod.load(write(tmp_path, {**BASE, "cluster": {"backend": "compose", "attach": "shop_kafka"}}))
     assert s.data["cluster"]["attach"] == "shop_kafka"
+    rolled = {**BASE, "cluster": {"backend": "compose", "attach": "shop_kafka"},
+              "faults": BASE["faults"] + [{"at": 6, "kind": "rolling_restart"}]}  # in place: allowed
+    assert scenario_mod.load(write(tmp_path, rolled)).data["faults"][-1]["kind"] == "rolling_restart"
     # the override: the same checks, the same result
     o = scenario_mod.load(write(tmp_path, BASE)).with_overrides(attach="shop_kafka")
     assert o.data["cluster"] == {**s.data["cluster"]}
@@ -36,8 +39,11 @@ def test_an_attaching_scenario_with_process_and_consumer_faults_is_valid(tmp_pat
      ["s.yaml: faults[2].kind: 'isolate' (network fault)", "kill, stop, pause, restart", "not yet"]),
     ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "lost_ack", "target": "leader:0", "duration": 1},
      ["faults[2].kind: 'lost_ack' (proxy fault)"]),
-    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "rolling_restart", "target": "all"},
-     ["faults[2].kind: 'rolling_restart' (rolling fault)"]),
+    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "rolling_restart", "target": "all",
+                                             "params": {"config": {"num.io.threads": 4}}},
+     ["faults[2].kind: 'rolling_restart' (rolling fault)", "would recreate your service"]),
+    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "rolling_upgrade", "params": {"version": "4.3.1"}},
+     ["faults[2].kind: 'rolling_upgrade' (rolling fault)", "rolling_restart without config"]),
     ({"attach": "p"}, None, ["s.yaml: cluster.backend: attach (p) needs backend: compose, not 'local'"]),
     ({"backend": "compose", "attach": "p", "image": "x:1"}, None, ["cluster.image: an attached compose project"]),
     ({"backend": "compose", "attach": "p", "config": {"a": 1}}, None, ["cluster.config: an attached"]),

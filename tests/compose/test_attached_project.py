@@ -133,8 +133,8 @@ def test_a_scenario_runs_on_the_attached_project_with_exact_counts(users_project
     project, bootstrap, _ = users_project
     before = containers(project)
     hw = high_watermarks(bootstrap, USERS_TOPIC)
-    manifest = leader_kill_run(tmp_path, "t-attached-run", {}, 1600, Overrides(attach_project=project),
-                               faults_hit_attached=True)
+    manifest = leader_kill_run(tmp_path, "t-attached-run", {}, 1600, Overrides(attach_project=project,
+                                                                                     faults_hit_attached=True))
     assert manifest["cluster"]["backend"] == "attached" and manifest["cluster"]["project"] == project
     assert manifest["cluster"]["name"] not in state.list_clusters()
     check_handed_back(project, bootstrap, before, hw)

@@ -145,7 +145,8 @@ def cmd_cluster_inspect(args) -> int:
     for n in found["nodes"]:
         address = f"{n['host']}:{n['client_port']}" if n.get("client_port") else "(no client listener)"
         print(f"  node {n['id']:>3} {','.join(n['roles']):<18} {address:<22} container {n['container']} "
-              f"(service {n['service']}, {n['convention']} environment)")
+              f"(service {n['service']}, {n['convention']} environment"
+              f"{', config file ' + n['config_file'] if n.get('config_file') else ''})")
     return 0
 
 

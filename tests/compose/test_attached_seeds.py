@@ -1,0 +1,151 @@
+"""The seeds' E1 project (two combined nodes `kafka`/`kafka2`, RF 1, advertised localhost), started with plain
+`docker compose up -d` and attached as it runs: E1 reproduced (no failover: sends fail while the partition's
+broker is stopped, nothing acked is lost), and a rolling restart of its containers in place (each restarted,
+the same container, back in its ISRs), the rolls that would recreate the team's service refused.
+
+Long (each starts the project): run under the shared lock, `make test-long`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from kafkaproof.cluster import docker_engine as de
+from kafkaproof.cluster import state
+from kafkaproof.cluster.attach_config import read_config_file
+from kafkaproof.cluster.attached import AttachedCluster, inspect_project
+from kafkaproof.cluster.external import free_ports
+from kafkaproof.errors import FaultError
+from kafkaproof.faults import FaultInjector
+from kafkaproof.run import RunOptions, ScenarioRun
+from kafkaproof.run.resolved import Overrides, resolve
+from kafkaproof.spec import ledger
+from kafkaproof.spec.faults import FaultSpec
+from kafkaproof.spec.scenario import load
+from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
+
+from support import REPO, produce, wait_for
+
+pytestmark = [pytest.mark.compose, pytest.mark.long]
+
+PROJECT_FILE = Path(__file__).parent / "users_project" / "e1-two-nodes.yml"
+
+
+def containers(project: str) -> dict[str, tuple[str, str]]:
+    """{container name: (id, state)} of every container of the project."""
+    out = de.docker("ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
+                    "--format", "{{.Names}} {{.ID}} {{.State}}").stdout.split("\n")
+    return {name: (cid, st) for name, cid, st in (line.split() for line in out if line.strip())}
+
+
+@pytest.fixture
+def e1_project():
+    """The seeds' E1 project up as they start it (fresh for each test); removed after, volumes too."""
+    de.ensure_engine()
+    de.ensure_compose_cli()
+    de.ensure_image(DEFAULT_KAFKA_VERSION)
+    project = f"kpseede1-{os.getpid()}-{time.monotonic_ns() % 10000}"
+    ports = free_ports("127.0.0.1", 2)
+    env = {**de.docker_env(), "E1_PORT_1": str(ports[0]), "E1_PORT_2": str(ports[1])}
+
+    def compose(*args: str) -> None:
+        subprocess.run(["docker", "compose", "-p", project, "-f", str(PROJECT_FILE), *args], check=True,
+                       capture_output=True, text=True, timeout=300, env=env)
+
+    compose("up", "-d")
+    try:
+        found = wait_for(lambda: _inspect(project), 90, "the seed's two brokers to answer metadata", interval=1)
+        yield project, ",".join(f"localhost:{p}" for p in ports), found
+    finally:
+        compose("down", "-v", "--timeout", "0")
+
+
+def _inspect(project: str):
+    try:
+        found = inspect_project(project, timeout_s=3)
+        return found if len(found["nodes"]) == 2 else None
+    except Exception:
+        return None
+
+
+def test_e1_no_failover_is_reproduced_on_the_attached_two_node_project(e1_project, tmp_path):
+    project, bootstrap, found = e1_project
+    t0 = time.monotonic()
+    assert [(n["id"], n["container"].rsplit("-", 2)[-2], n["host"]) for n in found["nodes"]] == [
+        (0, "kafka", "localhost"), (1, "kafka2", "localhost")]
+    kafka = found["nodes"][0]["container"]
+    config = read_config_file(kafka)  # the broker's own file, found from its command line (kafka.Kafka FILE)
+    assert config.path == "/opt/kafka/config/server.properties" and config.properties["node.id"] == "0"
+    before = containers(project)
+    # E1 as the catalog has it, on the team's cluster as it is (its broker defaults: RF 1, auto-created topic)
+    doc = yaml.safe_load((REPO / "scenarios" / "e1-two-nodes-no-failover.yaml").read_text())
+    doc["cluster"] = {"backend": "compose", "attach": project}
+    doc["producers"]["duration_s"] = 22
+    path = tmp_path / "e1-attached.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = ScenarioRun(resolve(load(path), Overrides(faults_hit_attached=True)),
+                         RunOptions(out=tmp_path / "runs")).execute()
+    assert result.status == "complete", result.error
+    table = lambda name: pq.read_table(ledger.table_path(result.run_dir, name)).to_pandas()  # noqa: E731
+    sends, audit, faults = table("sends"), table("audit"), table("faults")
+    (stop,) = faults[faults["kind"] == "stop"].itertuples()
+    assert len(stop.nodes) == 1
+    ok, failed = sends[sends["outcome"] == "ok"], sends[sends["outcome"] != "ok"]
+    # no failover: sends meant while the partition's only broker was stopped fail (failures, not loss) ...
+    during = sends[(sends["intended_ns"] > stop.start_ns + 2e9) & (sends["intended_ns"] < stop.heal_ns - 1e9)]
+    assert len(during) > 100 and set(during["outcome"]) <= {"fail", "indefinite"}, during["outcome"].value_counts()
+    # ... and the broker back, they succeed again; nothing acked is lost
+    after = sends[sends["intended_ns"] > stop.heal_ns + 10e9]
+    assert len(after) > 50 and set(after["outcome"]) == {"ok"}
+    logged = set(audit[audit["isolation"] == "read_uncommitted"]["value_id"])
+    assert set(ok["value_id"]) <= logged and len(failed) >= len(during)
+    # handed back: the same containers, running
+    wait_for(lambda: containers(project) == {n: (cid, "running") for n, (cid, _) in before.items()}, 30,
+             "the project's containers running as found")
+    assert not [c for c in state.list_clusters() if c.startswith("att-")]
+    print(f"E1 on the attached project: {len(ok)} acked, {len(failed)} failed "
+          f"({len(during)} meant while stopped), {time.monotonic() - t0:.1f}s")
+
+
+def test_a_rolling_restart_restarts_each_container_in_place_and_other_rolls_are_refused(e1_project, tmp_path):
+    project, bootstrap, _ = e1_project
+    t0 = time.monotonic()
+    before = containers(project)
+    cluster = AttachedCluster.up(project, "kp-att-roll")
+    try:
+        cluster.create_topic("kp-att-roll", 2, 2)
+        cluster.wait_in_sync("kp-att-roll")
+        assert produce(bootstrap, "kp-att-roll", 200, acks="all") == (200, [])
+        starts = {n: cluster.node_incarnation(n) for n in cluster.node_ids()}
+        fault_log = tmp_path / "faults.jsonl"
+        injector = FaultInjector(cluster, "kp-att-roll", log_path=fault_log)
+        with pytest.raises(FaultError, match="rolling_restart: .*onto settings .*recreating your service"):
+            injector.inject(FaultSpec("rolling_restart", "", {"config": {"num.io.threads": 4}}))
+        with pytest.raises(FaultError, match="rolling_upgrade"):
+            injector.inject(FaultSpec("rolling_upgrade", "", {"version": "3.9.2"}))
+        assert {n: cluster.node_incarnation(n) for n in cluster.node_ids()} == starts, "a refusal touches nothing"
+        roll = injector.inject(FaultSpec("rolling_restart", "", {}))
+        events = [json.loads(line) for line in fault_log.read_text().splitlines()]
+        (record,) = [e for e in events if e["event"] == "inject" and e["fault_id"] == roll.fault_id]
+        rolled = record["effect"]["rolled"]
+        assert [e["kind"] for e in events if e["event"] == "heal"].count("roll_node") == 2
+        assert sorted(rolled) == ["0", "1"]
+        for node, step in rolled.items():
+            assert step["started_before"] == starts[int(node)] and step["started_after"] not in (None, starts[int(node)])
+            assert step["caught_up_s"] is not None and step["caught_up_s"] < 60
+        assert {n: cluster.node_state(n) for n in cluster.node_ids()} == {0: "running", 1: "running"}
+        assert not cluster.active_faults()
+        assert containers(project) == {n: (cid, "running") for n, (cid, _) in before.items()}, "the same containers"
+        assert produce(bootstrap, "kp-att-roll", 100, acks="all") == (100, [])
+    finally:
+        cluster.detach()
+    assert "kp-att-roll" not in state.list_clusters()
+    print(f"rolling restart of the attached project: {json.dumps({k: v['caught_up_s'] for k, v in rolled.items()})}, "
+          f"{time.monotonic() - t0:.1f}s")

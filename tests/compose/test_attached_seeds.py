@@ -8,8 +8,6 @@ Long (each starts the project): run under the shared lock, `make test-long`.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -17,62 +15,30 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster import state
 from kafkaproof.cluster.attach_config import read_config_file
-from kafkaproof.cluster.attached import AttachedCluster, inspect_project
-from kafkaproof.cluster.external import free_ports
 from kafkaproof.errors import FaultError
+from kafkaproof.cluster.attached import AttachedCluster
 from kafkaproof.faults import FaultInjector
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.spec import ledger
 from kafkaproof.spec.faults import FaultSpec
 from kafkaproof.spec.scenario import load
-from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
 from support import REPO, produce, wait_for
+from users_projects import containers, users_project
 
 pytestmark = [pytest.mark.compose, pytest.mark.long]
 
 PROJECT_FILE = Path(__file__).parent / "users_project" / "e1-two-nodes.yml"
 
 
-def containers(project: str) -> dict[str, tuple[str, str]]:
-    """{container name: (id, state)} of every container of the project."""
-    out = de.docker("ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
-                    "--format", "{{.Names}} {{.ID}} {{.State}}").stdout.split("\n")
-    return {name: (cid, st) for name, cid, st in (line.split() for line in out if line.strip())}
-
-
 @pytest.fixture
 def e1_project():
     """The seeds' E1 project up as they start it (fresh for each test); removed after, volumes too."""
-    de.ensure_engine()
-    de.ensure_compose_cli()
-    de.ensure_image(DEFAULT_KAFKA_VERSION)
-    project = f"kpseede1-{os.getpid()}-{time.monotonic_ns() % 10000}"
-    ports = free_ports("127.0.0.1", 2)
-    env = {**de.docker_env(), "E1_PORT_1": str(ports[0]), "E1_PORT_2": str(ports[1])}
-
-    def compose(*args: str) -> None:
-        subprocess.run(["docker", "compose", "-p", project, "-f", str(PROJECT_FILE), *args], check=True,
-                       capture_output=True, text=True, timeout=300, env=env)
-
-    compose("up", "-d")
-    try:
-        found = wait_for(lambda: _inspect(project), 90, "the seed's two brokers to answer metadata", interval=1)
-        yield project, ",".join(f"localhost:{p}" for p in ports), found
-    finally:
-        compose("down", "-v", "--timeout", "0")
-
-
-def _inspect(project: str):
-    try:
-        found = inspect_project(project, timeout_s=3)
-        return found if len(found["nodes"]) == 2 else None
-    except Exception:
-        return None
+    with users_project(PROJECT_FILE, "kpseede1", "E1_PORT_", 2) as up:
+        yield up
 
 
 def test_e1_no_failover_is_reproduced_on_the_attached_two_node_project(e1_project, tmp_path):

@@ -8,7 +8,8 @@ From the properties come what attaching needs: the node id (`node.id`, or an old
 KRaft roles, the listeners and advertised listeners with their security protocols, and the metadata
 log directory (the quorum-state file the active controller is read from).
 
-When the environment does not say (a team's image that bakes or mounts its own `server.properties`),
+When the environment does not say (a team's image that bakes or mounts its own `server.properties`, or a
+launcher that adds its own log directory),
 the broker's own config file is read instead (`ConfigFile`, read through the engine by
 `attached.read_config_file`): the file its command line names (`kafka.Kafka FILE`,
 `kafka-server-start.sh FILE`), else the images' known paths (`KNOWN_CONFIG_PATHS`). The environment
@@ -134,10 +135,12 @@ def config_path_from_commands(commands: Iterable[str]) -> str | None:
 
 
 def needs_config_file(env: Mapping[str, str]) -> bool:
-    """Pure: whether the environment leaves out a setting attaching needs (node id, roles, listeners)."""
+    """Pure: whether the environment leaves out a setting attaching needs: the node id, roles, listeners, or the
+    log directory (where the quorum-state file is; the images' launchers may set their own, e.g. in the file)."""
     props = kafka_properties(env)
     return not (props.get("node.id") or props.get("broker.id")) or not props.get("process.roles") or \
-        not (props.get("listeners") or props.get("advertised.listeners"))
+        not (props.get("listeners") or props.get("advertised.listeners")) or \
+        not any(props.get(k) for k in ("metadata.log.dir", "log.dirs", "log.dir"))
 
 
 def env_map(env: Iterable[str] | Mapping[str, str]) -> dict[str, str]:

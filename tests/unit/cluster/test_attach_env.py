@@ -109,6 +109,7 @@ def test_the_config_path_comes_from_the_brokers_command_line():
 def test_the_config_file_gives_what_the_environment_does_not_and_the_environment_wins():
     assert needs_config_file({"KAFKA_HEAP_OPTS": "-Xmx1g"}) and not needs_config_file(confluent(1))
     assert needs_config_file({"KAFKA_CFG_NODE_ID": "0"})  # roles and listeners missing
+    assert needs_config_file({k: v for k, v in confluent(1).items() if k != "KAFKA_LOG_DIRS"})  # the log directory
     config = ConfigFile("/opt/kafka/config/server.properties", parse_properties(SERVER_PROPERTIES))
     node = read_kafka_env({"KAFKA_HEAP_OPTS": "-Xmx1g"}, "kafka7", config)
     assert (node.node_id, node.roles, node.log_dir) == (2, ("broker", "controller"), "/data/kafka")

@@ -91,13 +91,17 @@ def test_a_container_configured_by_its_own_config_file_is_planned_from_that_file
 
     def read_config(name: str) -> ConfigFile:
         asked.append(name)
+        if name == "kafka":  # no file found: its environment says enough
+            return ConfigFile(None, {}, ("/opt/bitnami/kafka/config/server.properties",))
         return ConfigFile("/etc/team/server.properties", parse_properties(
             "node.id=7\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
             "advertised.listeners=PLAINTEXT://localhost:19092\ncontroller.listener.names=CONTROLLER\n"
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"))
 
     nodes = plan_attached_nodes("p", [APP, team, container("kafka", E1_KAFKA, {9092: 9092})], read_config)
-    assert asked == ["broker-a"]  # the environment of kafka says it all: its file is not read
+    assert asked == ["broker-a", "kafka"]  # kafka's environment names no log directory: its file is looked for
+    assert plan_attached_nodes("p", [container(f"kafka-broker-0{i}", confluent(i), {9092: 9999 + i}) for i in (1, 2, 3)],
+                               read_config) and asked == ["broker-a", "kafka"]  # theirs names everything: not read
     assert [(n["id"], n["container"], n["client_port"], n["config_file"]) for n in nodes] == [
         (0, "kafka", 9092, None), (7, "broker-a", 19092, "/etc/team/server.properties")]
     assert runs_kafka(team) and not runs_kafka(APP)

@@ -44,7 +44,7 @@ def e1_project():
 def test_e1_no_failover_is_reproduced_on_the_attached_two_node_project(e1_project, tmp_path):
     project, bootstrap, found = e1_project
     t0 = time.monotonic()
-    assert [(n["id"], n["container"].rsplit("-", 2)[-2], n["host"]) for n in found["nodes"]] == [
+    assert [(n["id"], n["service"], n["host"]) for n in found["nodes"]] == [
         (0, "kafka", "localhost"), (1, "kafka2", "localhost")]
     # no KAFKA_LOG_DIRS in the environment: the broker's own file (found from its command line, kafka.Kafka FILE)
     # says where the quorum-state file is, so the active controller can be read

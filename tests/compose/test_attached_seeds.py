@@ -1,7 +1,8 @@
-"""The seeds' E1 project (two combined nodes `kafka`/`kafka2`, RF 1, advertised localhost), started with plain
-`docker compose up -d` and attached as it runs: E1 reproduced (no failover: sends fail while the partition's
-broker is stopped, nothing acked is lost), and a rolling restart of its containers in place (each restarted,
-the same container, back in its ISRs), the rolls that would recreate the team's service refused.
+"""Teams' compose projects started with plain `docker compose up -d` and attached as they run: the seeds' E1
+project (two combined nodes `kafka`/`kafka2`, RF 1, advertised localhost) with E1 reproduced (no failover:
+sends fail while the partition's broker is stopped, nothing acked is lost); and a rolling restart of the
+three-node project's containers in place (each restarted, the same container, back in its ISRs), the rolls
+that would recreate the team's service refused.
 
 Long (each starts the project): run under the shared lock, `make test-long`.
 """
@@ -83,13 +84,21 @@ def test_e1_no_failover_is_reproduced_on_the_attached_two_node_project(e1_projec
           f"({len(during)} meant while stopped), {time.monotonic() - t0:.1f}s")
 
 
-def test_a_rolling_restart_restarts_each_container_in_place_and_other_rolls_are_refused(e1_project, tmp_path):
-    project, bootstrap, _ = e1_project
+@pytest.fixture
+def three_node_project():
+    """The three-node project of test_attached_project (an INTERNAL listener the brokers replicate over: E1's
+    single listener advertised as localhost reaches no other container, so its replicas never catch up)."""
+    with users_project(PROJECT_FILE.parent / "docker-compose.yml", "kproll", "USERS_PORT_", 3) as up:
+        yield up
+
+
+def test_a_rolling_restart_restarts_each_container_in_place_and_other_rolls_are_refused(three_node_project, tmp_path):
+    project, bootstrap, _ = three_node_project
     t0 = time.monotonic()
     before = containers(project)
     cluster = AttachedCluster.up(project, "kp-att-roll")
     try:
-        cluster.create_topic("kp-att-roll", 2, 2)
+        cluster.create_topic("kp-att-roll", 2, 3)
         cluster.wait_in_sync("kp-att-roll")
         assert produce(bootstrap, "kp-att-roll", 200, acks="all") == (200, [])
         starts = {n: cluster.node_incarnation(n) for n in cluster.node_ids()}
@@ -104,12 +113,12 @@ def test_a_rolling_restart_restarts_each_container_in_place_and_other_rolls_are_
         events = [json.loads(line) for line in fault_log.read_text().splitlines()]
         (record,) = [e for e in events if e["event"] == "inject" and e["fault_id"] == roll.fault_id]
         rolled = record["effect"]["rolled"]
-        assert [e["kind"] for e in events if e["event"] == "heal"].count("roll_node") == 2
-        assert sorted(rolled) == ["0", "1"]
+        assert [e["kind"] for e in events if e["event"] == "heal"].count("roll_node") == 3
+        assert sorted(rolled) == ["1", "2", "3"]
         for node, step in rolled.items():
             assert step["started_before"] == starts[int(node)] and step["started_after"] not in (None, starts[int(node)])
             assert step["caught_up_s"] is not None and step["caught_up_s"] < 60
-        assert {n: cluster.node_state(n) for n in cluster.node_ids()} == {0: "running", 1: "running"}
+        assert {n: cluster.node_state(n) for n in cluster.node_ids()} == {1: "running", 2: "running", 3: "running"}
         assert not cluster.active_faults()
         assert containers(project) == {n: (cid, "running") for n, (cid, _) in before.items()}, "the same containers"
         assert produce(bootstrap, "kp-att-roll", 100, acks="all") == (100, [])

@@ -85,6 +85,16 @@ ENGINE_PARAMS = {
                             description="compose backend: an Airflow Docker connection (registry login) used to "
                                         "pull kafka_image"),
 }
+# A team's own running compose project, attached by every scenario of the run (faults hit its containers).
+ATTACH_PARAMS = {
+    "compose_project": Param(None, type=["null", "string"],
+                             description="attach every scenario to this running compose project of yours "
+                                         "(`docker compose ls`) instead of starting a cluster; process faults and "
+                                         "plain rolling restarts hit its containers (docs/compose.md)"),
+    "i_understand_faults_hit_this_cluster": Param(False, type="boolean",
+                                                  description="required with compose_project: the faults stop, "
+                                                              "kill, pause and restart your project's containers"),
+}
 IMAGE_PARAM = Param(None, type=["null", "string"],
                     description="compose backend: a Kafka image configured like apache/kafka, e.g. "
                                 "apache/kafka:3.9.1 (empty: kafkaproof/kafka:<version>, built locally)")
@@ -121,9 +131,17 @@ def existing_cluster(params) -> tuple[str | None, dict | None]:
 
 
 def batch_overrides(params, bootstrap: str | None) -> Overrides:
-    """What a DAG run's params change of every scenario it runs."""
+    """What a DAG run's params change of every scenario it runs (a compose project refused without the
+    acknowledgement: `pipeline.attach_overrides`)."""
+    try:
+        attached = pipeline.attach_overrides(params.get("compose_project"),
+                                             params.get("i_understand_faults_hit_this_cluster"), bootstrap,
+                                             params.get("cluster_backend"))
+    except KafkaproofError as e:  # params to fix, not a run to retry
+        raise AirflowFailException(str(e)) from None
     return Overrides(messages=params.get("messages"), kafka_version=params.get("kafka_version"),
-                     brokers=params.get("brokers"), bootstrap=bootstrap, backend=params.get("cluster_backend"))
+                     brokers=params.get("brokers"), bootstrap=bootstrap, backend=params.get("cluster_backend"),
+                     **attached)
 
 
 def scheduled(cron: str):
@@ -318,7 +336,7 @@ SUITE_PARAMS = {"messages": Param(None, type=["null", "integer"], minimum=1, des
      params={**SUITE_PARAMS,
              "bootstrap": Param(None, type=["null", "string"], description="existing cluster (proxy and consumer faults only)"),
              "proxy_listen": PROXY_LISTEN_PARAM,
-             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM,
+             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM, **ATTACH_PARAMS,
              "reuse_clusters": Param(REUSE_CLUSTERS, type="boolean",
                                      description="run scenarios that ask for the same cluster on one cluster, "
                                                  "each checked clean before it is reused (reports say so)")})
@@ -389,7 +407,7 @@ def run_scenario(run: dict) -> dict:
              "bootstrap": Param(None, type=["null", "string"],
                                 description="empty: embedded local cluster; else bootstrap servers of an existing cluster"),
              "kafka_conn_id": KAFKA_CONN_PARAM, "proxy_listen": PROXY_LISTEN_PARAM,
-             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM,
+             "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS, "kafka_image": IMAGE_PARAM, **ATTACH_PARAMS,
              "clients": Param([], type="array", items={"type": "string", "enum": list(CLIENTS)}, uniqueItems=True,
                               description="a client matrix: every chosen scenario once per client (e.g. librdkafka "
                                           "and java), on the same faults; the summary compares them side by side")})

@@ -156,7 +156,7 @@ def provision_run(run: PlannedRun, batch_id: str, key: str, overrides: Overrides
     cluster = pipeline.provision(resolved, name, reuse=reuse, owner=pipeline.pipeline_owner(batch_id),
                                  dagrun_state=dagrun_state, wait=wait)
     return {**cluster, "resolved": resolved.to_dict(), "control": control, "reuse": reuse,
-            "keep": run.keep_for_next and reuse, "host": this_host()}
+            "keep": run.keep_for_next and reuse and not cluster.get("attached"), "host": this_host()}
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,8 @@ def cmd_cluster_inspect(args) -> int:
     for n in found["nodes"]:
         address = f"{n['host']}:{n['client_port']}" if n.get("client_port") else "(no client listener)"
         print(f"  node {n['id']:>3} {','.join(n['roles']):<18} {address:<22} container {n['container']} "
-              f"(service {n['service']}, {n['convention']} environment)")
+              f"(service {n['service']}, {n['convention']} environment"
+              f"{', config file ' + n['config_file'] if n.get('config_file') else ''})")
     return 0
 
 
@@ -282,14 +283,14 @@ def cmd_run(args) -> int:
                             "--client-config and --backend")
     resolved = resolve(scn, Overrides(messages=args.messages, kafka_version=args.kafka_version, brokers=args.brokers,
                                       bootstrap=bootstrap, backend=args.backend, upgrade_to=args.upgrade_to,
-                                      seed=args.seed, attach_project=args.attach_compose_project))
+                                      seed=args.seed, attach_project=args.attach_compose_project,
+                                      faults_hit_attached=args.i_understand_faults_hit_this_cluster or None))
     project = resolved.scenario.data["cluster"].get("attach")
     if project and not args.i_understand_faults_hit_this_cluster:
         raise ScenarioError(f"{scn.path}: the faults of this run hit your compose project {project}: add "
                             f"{UNDERSTAND_FLAG}")
     result = ScenarioRun(resolved, RunOptions(out=Path(args.out) if args.out else runs_dir(), client_config=connection,
-                                              proxy_listen=args.proxy_listen or LOOPBACK,
-                                              faults_hit_attached=bool(project))).execute()
+                                              proxy_listen=args.proxy_listen or LOOPBACK)).execute()
     print(f"{result.status}: {result.run_dir}" + (f" ({result.error})" if result.error else ""))
     return 0 if result.status == "complete" else 1
 

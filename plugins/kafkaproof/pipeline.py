@@ -217,9 +217,39 @@ def release_airflow_clusters(airflow_home: str) -> list[str]:
     return released
 
 
+def attach_overrides(project: str | None, acknowledged: bool | None, bootstrap: str | None = None,
+                     backend: str | None = None) -> dict[str, Any]:
+    """The overrides of a DAG run's `compose_project` param (a running compose project of the user's, attached
+    by every scenario of the run): `{}` without one; KafkaproofError, before anything starts, when it comes
+    without the acknowledgement that the faults hit it (`i_understand_faults_hit_this_cluster`) or with
+    another cluster (`bootstrap`, `cluster_backend`)."""
+    if not project:
+        return {}
+    if not acknowledged:
+        raise KafkaproofError(f"compose_project {project!r}: the scenarios' faults stop, kill, pause and restart the "
+                              f"containers of your compose project; set i_understand_faults_hit_this_cluster to true "
+                              f"to run them there (the CLI's --i-understand-faults-hit-this-cluster)")
+    if bootstrap or backend:
+        raise KafkaproofError(f"compose_project {project!r} is the cluster of this run: leave out "
+                              f"{'bootstrap / kafka_conn_id' if bootstrap else 'cluster_backend'}")
+    return {"attach_project": project, "faults_hit_attached": True}
+
+
+def attaches(resolved: ResolvedScenario) -> str | None:
+    """The user's compose project a resolved scenario attaches to (None: a cluster of its own); KafkaproofError
+    when the run lacks the acknowledgement that its faults hit it (`attach_overrides`)."""
+    project = resolved.scenario.data["cluster"].get("attach")
+    if project and not resolved.overrides.faults_hit_attached:
+        raise KafkaproofError(f"{resolved.scenario.path}: its faults would hit your compose project {project}: "
+                              f"set the DAG param i_understand_faults_hit_this_cluster (CLI: "
+                              f"--i-understand-faults-hit-this-cluster)")
+    return project
+
+
 def provision(resolved: ResolvedScenario, cluster_name: str, reuse: bool = False, owner: dict[str, Any] | None = None,
               dagrun_state: DagRunState | None = None, wait: bool = True) -> dict:
-    """Start the cluster (local or compose) a resolved scenario asks for; returns its name, bootstrap
+    """Start the cluster (local or compose) a resolved scenario asks for — or attach the user's compose project
+    it names (`attaches`: never reused, never kept; its teardown detaches) — ; returns its name, bootstrap
     servers and whether it was reused.
 
     `owner` (`pipeline_owner`) is recorded with the cluster: another pipeline's provision reclaims it
@@ -233,8 +263,17 @@ def provision(resolved: ResolvedScenario, cluster_name: str, reuse: bool = False
     (a retry of this task), it goes and a fresh one starts. The cluster's state records which
     scenarios ran on it and what was checked; the run puts that in its manifest and report.
     """
-    release_kept_clusters(but=cluster_name if reuse else None, batch=owner["batch"] if owner else None)
+    project = attaches(resolved)
+    release_kept_clusters(but=cluster_name if reuse and not project else None, batch=owner["batch"] if owner else None)
     scenario = resolved.scenario
+    if project:
+        from .cluster.attached import AttachedCluster
+        reclaimed = wait_for_exclusive_host(cluster_name, dagrun_state=dagrun_state, wait=wait,
+                                            own_batch=owner["batch"] if owner else None)
+        cluster = AttachedCluster.up(project, cluster_name)
+        cluster_reuse.record_use(cluster_name, cluster_reuse.fresh_record(reclaimed), scenario.name, owner)
+        return {"cluster": cluster_name, "bootstrap": cluster.bootstrap_servers(), "kafka_version": None,
+                "reused": False, "attached": project}
     config = resolved.cluster_config(cluster_name)
     reused = cluster_reuse.take_kept(cluster_name, reuse, scenario.topic, scenario.data["consumers"].get("group"))
     if reused is None:

@@ -62,6 +62,23 @@ def timestamp_regressions(audit: DataFrame, limit: int = 5) -> dict[str, Any]:
     return {"regressions": int(total["n"]), "max_back_ms": total["max_back_ms"], "examples": examples}
 
 
+def restarted(step: Mapping[str, Any]) -> bool:
+    """Pure: a roll's node step restarted the node: its incarnation (container or process start) changed, when
+    both were recorded (older ledgers have neither)."""
+    before, after = step.get("started_before"), step.get("started_after")
+    return before is None or after is None or before != after
+
+
+def step_evidence(step: Mapping[str, Any]) -> str:
+    """Pure: what a node's step changed: its Kafka version, else (an attached project, a plain restart) its
+    start (`started_before` → `started_after`)."""
+    if step.get("version_before") is not None and step.get("version_before") != step.get("version_after"):
+        return f"{step['version_before']} → {step['version_after']}"
+    if step.get("started_before") or step.get("started_after"):
+        return f"restarted: started {step.get('started_before')} → {step.get('started_after')}"
+    return f"{step.get('version_before')} → {step.get('version_after')}"
+
+
 def rolling_effect(kind: str, params: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
     """Pure: a rolling fault took effect when every node it rolled came back on what it was rolled to
     (and, for a finalised upgrade, the release's features were finalised)."""
@@ -71,9 +88,10 @@ def rolling_effect(kind: str, params: Mapping[str, Any], effect: Mapping[str, An
     after = effect.get("versions_after") or {}
     want = params.get("version")
     off = sorted(n for n, step in rolled.items() if step.get("caught_up_s") is None
-                 or (want is not None and after.get(n) != want))
+                 or (want is not None and after.get(n) != want) or not restarted(step))
     evidence = f"{len(rolled)} nodes rolled" + (f" to Kafka {want}" if want else "") + (
-        f"; nodes {', '.join(off)} did not come back on it" if off else "")
+        (f"; nodes {', '.join(off)} did not come back on it" if want else
+         f"; nodes {', '.join(off)} did not restart and serve again") if off else "")
     finalized = True
     if want is not None and params.get("finalize", True):
         finalized = bool((effect.get("finalized") or {}).get("finalized"))
@@ -164,8 +182,8 @@ def rolling_family_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[s
         step = effect.get("step")
         if not step:
             return False, f"the node did not come back: {effect.get('effect_error') or 'no step was recorded'}"
-        return (step["caught_up_s"] is not None,
-                f"{step['version_before']} → {step['version_after']}, serving again {step['caught_up_s']}s after its start")
+        return (step["caught_up_s"] is not None and restarted(step),
+                f"{step_evidence(step)}, serving again {step['caught_up_s']}s after its start")
     if kind == "finalize_features":
         step = effect.get("step") or {}
         return bool(step.get("finalized")), (f"release {step['release']} finalised" if step.get("finalized") else

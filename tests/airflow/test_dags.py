@@ -196,6 +196,26 @@ def test_an_existing_cluster_comes_from_bootstrap_or_a_kafka_connection(airflow_
         existing_cluster({"kafka_conn_id": "kp_no_servers"})
 
 
+def test_a_compose_project_param_attaches_every_scenario_only_with_the_acknowledgement(airflow_home):
+    """The manual and nightly DAGs pass `compose_project` to the library (`pipeline.attach_overrides`); without
+    `i_understand_faults_hit_this_cluster` the task fails at once, naming the param (no cluster touched)."""
+    bag = dagbag(airflow_home)
+    for dag_id in ("kafka_reliability_manual", "kafka_reliability_nightly"):
+        params = bag.get_dag(dag_id).params
+        assert params["compose_project"] is None and params["i_understand_faults_hit_this_cluster"] is False
+    module = runpy.run_path(str(REPO / "dags" / "kafka_reliability.py"))
+    batch_overrides = module["batch_overrides"]
+    from airflow.sdk.exceptions import AirflowFailException
+    from kafkaproof.run.resolved import Overrides
+    assert batch_overrides({"messages": 5}, None) == Overrides(messages=5)
+    assert batch_overrides({"compose_project": "shop", "i_understand_faults_hit_this_cluster": True}, None) == \
+        Overrides(attach_project="shop", faults_hit_attached=True)
+    with pytest.raises(AirflowFailException, match="compose_project 'shop': .*i_understand_faults_hit_this_cluster"):
+        batch_overrides({"compose_project": "shop"}, None)
+    with pytest.raises(AirflowFailException, match="leave out bootstrap"):
+        batch_overrides({"compose_project": "shop", "i_understand_faults_hit_this_cluster": True}, "k1:9092")
+
+
 def test_the_audit_dag_discovers_read_only_then_audits_then_gates(airflow_home):
     from kafkaproof.spec.audit_plan import FAULTS
     bag = dagbag(airflow_home)

@@ -8,7 +8,6 @@ of the published ports). Run under the shared lock (it starts containers): `make
 """
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -19,14 +18,14 @@ import pytest
 
 from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster import network, state
-from kafkaproof.cluster.attached import AttachedCluster, inspect_project
-from kafkaproof.cluster.external import free_ports
+from kafkaproof.cluster.attached import AttachedCluster
 from kafkaproof.faults import FaultInjector
 from kafkaproof.run.resolved import Overrides
 from kafkaproof.spec.faults import FaultSpec
-from kafkaproof.spec.versions import DEFAULT_KAFKA_VERSION
 
+import users_projects
 from support import fault_events, leader_kill_run, produce, wait_for
+from users_projects import containers
 
 # long: ~80 s with its project start (network and proxy faults included), which would take a fresh
 # machine's `make test` (28 min with setup) past 30.
@@ -34,19 +33,6 @@ pytestmark = [pytest.mark.compose, pytest.mark.long]
 
 PROJECT_FILE = Path(__file__).parent / "users_project" / "docker-compose.yml"
 USERS_TOPIC = "orders"
-
-
-def compose_cli(project: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`docker compose -p PROJECT -f the user's file ARGS`, as the user runs it (no kafkaproof variables)."""
-    return subprocess.run(["docker", "compose", "-p", project, "-f", str(PROJECT_FILE), *args], check=True,
-                          capture_output=True, text=True, timeout=300, env={**de.docker_env(), **(env or {})})
-
-
-def containers(project: str) -> dict[str, tuple[str, str]]:
-    """{container name: (id, state)} of every container of the project."""
-    out = de.docker("ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
-                    "--format", "{{.Names}} {{.ID}} {{.State}}").stdout.split("\n")
-    return {name: (cid, st) for name, cid, st in (line.split() for line in out if line.strip())}
 
 
 def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
@@ -62,28 +48,13 @@ def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
 @pytest.fixture(scope="module")
 def users_project():
     """The user's project, up as they start it, with a topic of theirs holding 100 records; removed after."""
-    de.ensure_engine()
-    de.ensure_compose_cli()
-    de.ensure_image(DEFAULT_KAFKA_VERSION)
-    project = f"kpusers-{os.getpid()}"
-    ports = free_ports("127.0.0.1", 3)
-    env = {f"USERS_PORT_{i + 1}": str(p) for i, p in enumerate(ports)}
-    compose_cli(project, "up", "-d", env=env)
-    try:
-        bootstrap = ",".join(f"localhost:{p}" for p in ports)
-        found = wait_for(lambda: _inspect(project), 90, "the user's brokers to answer metadata", interval=1)
+    with users_projects.users_project(PROJECT_FILE, "kpusers", "USERS_PORT_", 3) as (project, bootstrap, found):
         assert produce(bootstrap, USERS_TOPIC, 100, acks="all") == (100, [])
         yield project, bootstrap, found
-    finally:
-        compose_cli(project, "down", "-v", "--timeout", "0", env=env)
 
 
 def _inspect(project: str):
-    try:
-        found = inspect_project(project, timeout_s=3)
-        return found if len(found["nodes"]) == 3 else None
-    except Exception:
-        return None
+    return users_projects._found(project, 3)
 
 
 def check_handed_back(project: str, bootstrap: str, before: dict[str, tuple[str, str]], hw: dict[int, int]) -> None:
@@ -174,8 +145,8 @@ def test_a_scenario_runs_on_the_attached_project_with_exact_counts(users_project
     project, bootstrap, _ = users_project
     before = containers(project)
     hw = high_watermarks(bootstrap, USERS_TOPIC)
-    manifest = leader_kill_run(tmp_path, "t-attached-run", {}, 1600, Overrides(attach_project=project),
-                               faults_hit_attached=True)
+    manifest = leader_kill_run(tmp_path, "t-attached-run", {}, 1600, Overrides(attach_project=project,
+                                                                                     faults_hit_attached=True))
     assert manifest["cluster"]["backend"] == "attached" and manifest["cluster"]["project"] == project
     assert manifest["cluster"]["name"] not in state.list_clusters()
     check_handed_back(project, bootstrap, before, hw)

@@ -6,8 +6,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kafkaproof import batch, pipeline
-from kafkaproof.cluster import reuse
-from kafkaproof.run.resolved import Overrides
+from kafkaproof.cluster import reuse, state
+from kafkaproof.errors import KafkaproofError
+from kafkaproof.run.resolved import Overrides, resolve
 from kafkaproof.verdict import history
 
 pytestmark = pytest.mark.unit
@@ -195,3 +196,31 @@ def test_a_pipeline_clusters_owner_is_gone_when_its_dag_run_no_longer_runs(tmp_p
     state.remove_state("af-2")
     with pytest.raises(pipeline.HostBusy, match="af-1"):
         pipeline.wait_for_exclusive_host("af-3", dagrun_state=dagrun_state, wait=False)
+
+
+def test_a_compose_project_param_needs_the_acknowledgement_and_no_other_cluster():
+    assert pipeline.attach_overrides(None, False) == {}
+    with pytest.raises(KafkaproofError, match="compose_project 'shop': .*set i_understand_faults_hit_this_cluster"):
+        pipeline.attach_overrides("shop", False)
+    with pytest.raises(KafkaproofError, match="leave out bootstrap"):
+        pipeline.attach_overrides("shop", True, bootstrap="k1:9092")
+    with pytest.raises(KafkaproofError, match="leave out cluster_backend"):
+        pipeline.attach_overrides("shop", True, backend="local")
+    assert pipeline.attach_overrides("shop", True) == {"attach_project": "shop", "faults_hit_attached": True}
+
+
+def test_a_pipeline_attaches_a_compose_project_only_with_the_acknowledgement(tmp_path, monkeypatch):
+    (tmp_path / "s.yaml").write_text("name: s\nguarantee: at-least-once\nproducers: {messages: 10}\n"
+                                     "faults: [{at: 1, kind: kill, target: 'leader:0', duration: 2}]\n")
+    monkeypatch.setenv("KAFKAPROOF_SCENARIOS", str(tmp_path))
+    (scn,) = pipeline.suite(names=["s"])
+    plain = resolve(scn, Overrides())
+    assert pipeline.attaches(plain) is None
+    acknowledged = resolve(scn, Overrides(**pipeline.attach_overrides("shop", True)))
+    assert pipeline.attaches(acknowledged) == "shop"
+    assert Overrides.from_dict(acknowledged.overrides.to_dict()).faults_hit_attached is True  # it crosses XCom
+    unacknowledged = resolve(scn, Overrides(attach_project="shop"))  # e.g. a scenario file's cluster.attach
+    with pytest.raises(KafkaproofError, match="would hit your compose project shop: set the DAG param "
+                                              "i_understand_faults_hit_this_cluster"):
+        pipeline.provision(unacknowledged, "kp-never-started")
+    assert "kp-never-started" not in state.list_clusters()

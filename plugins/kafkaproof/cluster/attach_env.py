@@ -8,10 +8,16 @@ From the properties come what attaching needs: the node id (`node.id`, or an old
 KRaft roles, the listeners and advertised listeners with their security protocols, and the metadata
 log directory (the quorum-state file the active controller is read from).
 
-Not read (not built yet): settings from a broker config file mounted into the container.
+When the environment does not say (a team's image that bakes or mounts its own `server.properties`, or a
+launcher that adds its own log directory),
+the broker's own config file is read instead (`ConfigFile`, read through the engine by
+`attached.read_config_file`): the file its command line names (`kafka.Kafka FILE`,
+`kafka-server-start.sh FILE`), else the images' known paths (`KNOWN_CONFIG_PATHS`). The environment
+wins over the file where both set a property (the images render the file from it).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -26,6 +32,10 @@ LAUNCHER_VARS = frozenset({
 BITNAMI_PREFIX = "KAFKA_CFG_"
 # Where each image keeps its data when the environment names no log directory.
 DEFAULT_LOG_DIR = {"bitnami": "/bitnami/kafka/data", "apache": "/tmp/kraft-combined-logs"}
+# Where the images keep the broker's config file (apache/kafka and kafkaproof/kafka, bitnami, Confluent, older
+# apache/kafka), tried in this order when no process's command line names one.
+KNOWN_CONFIG_PATHS = ("/opt/kafka/config/server.properties", "/opt/bitnami/kafka/config/server.properties",
+                      "/etc/kafka/kafka.properties", "/opt/kafka/config/kraft/server.properties")
 # Kafka's default listener.security.protocol.map: a listener named like a protocol uses it.
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -60,6 +70,77 @@ class KafkaEnv:
     @property
     def is_broker(self) -> bool:
         return "broker" in self.roles
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A broker's config file as read from its container: its path (None: none found), its properties, and
+    the paths looked at without finding one (for the error message)."""
+
+    path: str | None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    looked: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """Where the settings were looked for, as an error message says it."""
+        if self.path:
+            return f"nor in its config file {self.path}"
+        return f"and no broker config file was found ({', '.join(self.looked) or 'no path to look at'})"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Pure: a Java `.properties` file as a dict: `#`/`!` comments, `=`, `:` or blank separators, lines
+    continued with a trailing backslash, leading blanks of values dropped; the last of repeated keys wins."""
+    out: dict[str, str] = {}
+    logical, pending = [], ""
+    for raw in text.splitlines():
+        line = (pending + raw.lstrip()) if pending else raw.strip()
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:  # an odd count of backslashes continues the line
+            pending = line[:-1]
+            continue
+        pending = ""
+        logical.append(line)
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        i = 0
+        while i < len(line) and line[i] not in "=: \t":
+            i += 2 if line[i] == "\\" else 1
+        key, rest = line[:i], line[i:].lstrip(" \t")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t")
+        out[_unescape(key)] = _unescape(rest)
+    return out
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(m.group(1), m.group(1)), text)
+
+
+def config_path_from_commands(commands: Iterable[str]) -> str | None:
+    """Pure: the config file a Kafka process was started with, from the containers' process command lines
+    (`docker top` args): the argument after the broker's main class `kafka.Kafka`, or after
+    `kafka-server-start(.sh)`; None when no process names one."""
+    for command in commands:
+        args = command.split()
+        for i, arg in enumerate(args[:-1]):
+            if arg == "kafka.Kafka" or arg.rsplit("/", 1)[-1] in ("kafka-server-start.sh", "kafka-server-start"):
+                if args[i + 1].endswith(".properties"):
+                    return args[i + 1]
+    return None
+
+
+def needs_config_file(env: Mapping[str, str]) -> bool:
+    """Pure: whether the environment leaves out a setting attaching needs: the node id, roles, listeners, or the
+    log directory (where the quorum-state file is; the images' launchers may set their own, e.g. in the file)."""
+    props = kafka_properties(env)
+    return not (props.get("node.id") or props.get("broker.id")) or not props.get("process.roles") or \
+        not (props.get("listeners") or props.get("advertised.listeners")) or \
+        not any(props.get(k) for k in ("metadata.log.dir", "log.dirs", "log.dir"))
 
 
 def env_map(env: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
@@ -118,25 +199,28 @@ def parse_protocol_map(text: str) -> dict[str, str]:
     return {k.strip().upper(): v.strip().upper() for k, v in pairs}
 
 
-def read_kafka_env(env: Iterable[str] | Mapping[str, str], where: str) -> KafkaEnv:
-    """Pure: the node a container's environment describes; ClusterError naming `where` (the container) and
-    the variable that is missing or wrong."""
+def read_kafka_env(env: Iterable[str] | Mapping[str, str], where: str, config: ConfigFile | None = None) -> KafkaEnv:
+    """Pure: the node a container's environment describes, with its config file's settings (`config`, when
+    read) under it; ClusterError naming `where` (the container) and the variable that is missing or wrong."""
     variables = env_map(env)
     conv = convention(variables)
-    props = kafka_properties(variables)
+    if conv == "apache" and config and config.path and "bitnami" in config.path:
+        conv = "bitnami"
+    props = {**(config.properties if config else {}), **kafka_properties(variables)}
     prefix = BITNAMI_PREFIX if conv == "bitnami" else "KAFKA_"
+    where_file = f"; {config.describe()}" if config else "; its config file was not read"
     raw_id = props.get("node.id") or props.get("broker.id")
     if raw_id is None:
         raise ClusterError(f"{where}: no node id in its environment ({prefix}NODE_ID, or {prefix}BROKER_ID; "
-                           f"{conv} convention); settings from a config file are not read yet")
+                           f"{conv} convention){where_file} (node.id)")
     try:
         node_id = int(raw_id)
     except ValueError:
         raise ClusterError(f"{where}: {prefix}NODE_ID={raw_id!r} is not a number") from None
     roles = tuple(r.strip() for r in props.get("process.roles", "").split(",") if r.strip())
     if not roles:
-        raise ClusterError(f"{where}: no {prefix}PROCESS_ROLES (a KRaft node's broker/controller roles); "
-                           f"ZooKeeper-mode clusters are not supported")
+        raise ClusterError(f"{where}: no {prefix}PROCESS_ROLES (a KRaft node's broker/controller roles){where_file} "
+                           f"(process.roles); ZooKeeper-mode clusters are not supported")
     bad = set(roles) - {"broker", "controller"}
     if bad:
         raise ClusterError(f"{where}: {prefix}PROCESS_ROLES names {sorted(bad)}; allowed broker, controller")
@@ -151,7 +235,7 @@ def read_kafka_env(env: Iterable[str] | Mapping[str, str], where: str) -> KafkaE
         advertised = parse_listeners(advertised_text, pmap, f"{where}: {prefix}ADVERTISED_LISTENERS")
     if "broker" in roles and not advertised:
         raise ClusterError(f"{where}: a broker without listeners in its environment ({prefix}LISTENERS / "
-                           f"{prefix}ADVERTISED_LISTENERS)")
+                           f"{prefix}ADVERTISED_LISTENERS){where_file} (listeners)")
     log_dir = (props.get("metadata.log.dir") or props.get("log.dirs", "").split(",")[0].strip()
                or props.get("log.dir") or DEFAULT_LOG_DIR[conv])
     return KafkaEnv(conv, node_id, roles, listeners, advertised, controller_names, log_dir, props)

@@ -2,8 +2,9 @@
 
 `AttachedCluster.up(project, name)` finds the project's containers through the engine by compose's own
 label (`com.docker.compose.project=<project>`, any image), keeps those whose environment describes a
-Kafka node (`attach_env.py`: bitnami `KAFKA_CFG_*`, apache/kafka and Confluent `KAFKA_*`), reads each
-node's id, roles and listeners, picks the advertised listener a published port reaches as the address
+Kafka node (`attach_env.py`: bitnami `KAFKA_CFG_*`, apache/kafka and Confluent `KAFKA_*`) or whose
+command runs a broker, reads each node's id, roles and listeners (from the environment, else from the
+broker's own config file in the container: `attach_config.py`), picks the advertised listener a published port reaches as the address
 clients on this host use, and checks it against the brokers' own metadata. Anything missing (no Kafka
 container, an unreadable node id, a broker no published port reaches, a paused or exited container, a
 broker the metadata names at another address) is refused, naming the container, before anything is
@@ -26,8 +27,8 @@ command left. It never removes or stops for good a container, network or volume:
 
 Refused on attached projects: clock faults (kafkaproof does not start the project's JVMs, so cannot put
 them under libfaketime), disk faults (the volumes are the engine's, no diskfs under them), network faults
-on a container on several networks (the rules act on one interface). Not built yet: rolling restarts and
-upgrades, secured listeners, settings from a broker config file.
+on a container on several networks (the rules act on one interface), rolling upgrades and settings
+changes (they would recreate the team's service). Not built yet: secured listeners.
 """
 from __future__ import annotations
 
@@ -35,14 +36,15 @@ import json
 import logging
 import shutil
 import time
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from ..errors import ClusterError, ClusterNotRunning
 from ..spec.cluster import NodeLink
 from ..spec.faults import CLOCK_KINDS, DISK_KINDS, NETWORK_KINDS, PROCESS_KINDS, PROXY_KINDS
 from . import docker_engine as de
 from . import host, network, procs, state
-from .attach_env import client_listener, read_kafka_env
+from .attach_config import read_config_file
+from .attach_env import ConfigFile, client_listener, needs_config_file, read_kafka_env
 from .containers import ContainerNodes
 from .external import LOOPBACK, ExternalCluster, check_proxy_listen, discover_brokers, free_ports
 from .proxies import front_with_proxies
@@ -55,14 +57,17 @@ BACKEND = "attached"
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 DETACH_WAIT_S = 60.0
-SUPPORTED = frozenset(PROCESS_KINDS) | frozenset(NETWORK_KINDS) | frozenset(PROXY_KINDS)
-NOT_YET = ("on an attached compose project process, network and proxy faults are built; rolling faults are not yet, "
-           "and clock and disk faults are refused (kafkaproof starts neither the project's JVMs nor its volumes; "
-           "docs/compose.md)")
+SUPPORTED = frozenset(PROCESS_KINDS) | frozenset(NETWORK_KINDS) | frozenset(PROXY_KINDS) | {"rolling_restart"}
+NOT_YET = ("on an attached compose project process, network and proxy faults and rolling_restart (without config) "
+           "are built; rolling_upgrade and settings changes would recreate your service, and clock and disk faults "
+           "are refused (kafkaproof starts neither the project's JVMs nor its volumes; docs/compose.md)")
 CLOCK_REASON = ("clock fault {kind!r}: an attached project's JVMs are the team's, started without libfaketime, so "
                 "kafkaproof cannot move their clocks (clock faults need the local backend)")
 DISK_REASON = ("disk fault {kind!r}: an attached project's volumes belong to the team and the Docker engine, with no "
                "diskfs under them (disk faults need the local backend)")
+ROLL_REFUSED = ("an attached compose project's containers are restarted in place, never recreated: rolling them onto "
+                "{what} would mean recreating your service with another image or environment, which is yours to do "
+                "(`docker compose up -d`); a rolling_restart without `config` restarts each container as it is")
 # Variables that say a container is a Kafka node (else it is another service of the project: an app, a UI).
 _KAFKA_MARKERS = ("NODE_ID", "BROKER_ID", "PROCESS_ROLES", "LISTENERS", "ADVERTISED_LISTENERS")
 
@@ -87,6 +92,15 @@ def engine_link(container: str, container_id: str, ip: str) -> NodeLink:
     return NodeLink(namespace=f"docker:{target}", veth_host="", host_ip="", node_ip=ip)
 
 
+def runs_kafka(inspected: Mapping[str, Any]) -> bool:
+    """Pure: whether a container's command runs a Kafka broker from a config file (no Kafka environment
+    needed: a team's image that bakes or mounts its own server.properties)."""
+    config = inspected.get("Config") or {}
+    words = [inspected.get("Path") or "", *(inspected.get("Args") or []), *(config.get("Entrypoint") or []),
+             *(config.get("Cmd") or [])]
+    return any("kafka.Kafka" in w or "kafka-server-start" in w for w in words)
+
+
 def published_ports(inspected: Mapping[str, Any]) -> dict[int, int]:
     """Pure: {container port: host port} of a container's published TCP ports (`docker inspect`)."""
     out: dict[int, int] = {}
@@ -98,14 +112,17 @@ def published_ports(inspected: Mapping[str, Any]) -> dict[int, int]:
     return out
 
 
-def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Pure: the state-file nodes of a compose project's Kafka containers (`docker inspect` of every
-    container of the project), ordered by node id; ClusterError naming each container and what is missing."""
+def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]],
+                        read_config: Callable[[str], ConfigFile] | None = None) -> list[dict[str, Any]]:
+    """Pure but for `read_config` (container name -> its broker config file, asked only of a running
+    container whose environment leaves out the node id, roles or listeners): the state-file nodes of a
+    compose project's Kafka containers (`docker inspect` of every container of the project), ordered by
+    node id; ClusterError naming each container and what is missing."""
     nodes, problems, seen = [], [], {}
     for c in inspected:
         name = c["Name"].lstrip("/")
         env = dict(item.partition("=")[::2] for item in (c.get("Config") or {}).get("Env") or [])
-        if not is_kafka_env(env):
+        if not (is_kafka_env(env) or runs_kafka(c)):
             continue
         status = (c.get("State") or {}).get("Status")
         if status != "running" or (c.get("State") or {}).get("Paused"):
@@ -113,13 +130,15 @@ def plan_attached_nodes(project: str, inspected: Sequence[Mapping[str, Any]]) ->
                             f"up -d`) before attaching")
             continue
         try:
-            kenv = read_kafka_env(env, f"container {name}")
+            config = read_config(name) if read_config and needs_config_file(env) else None
+            kenv = read_kafka_env(env, f"container {name}", config)
             addresses = container_networks(c)
             entry: dict[str, Any] = {"id": kenv.node_id, "roles": list(kenv.roles), "container": name,
                                      "service": (c.get("Config") or {}).get("Labels", {}).get(SERVICE_LABEL),
                                      "link": None, "status": "running", "ip": next(iter(addresses.values()), None),
                                      "networks": sorted(addresses),
-                                     "container_id": c["Id"], "log_dir": kenv.log_dir, "convention": kenv.convention}
+                                     "container_id": c["Id"], "log_dir": kenv.log_dir, "convention": kenv.convention,
+                                     "config_file": config.path if config else None}
             controller = next((x for x in kenv.listeners if x.name in kenv.controller_listeners), None)
             entry["controller_port"] = controller.port if controller else None
             if kenv.is_broker:
@@ -171,7 +190,7 @@ def inspect_project(project: str, timeout_s: float = 15.0) -> dict[str, Any]:
     """Read-only: the project's Kafka nodes (ids, roles, containers, addresses) checked against the brokers'
     metadata, and the cluster id. Nothing is recorded or changed."""
     de.ensure_engine()
-    nodes = plan_attached_nodes(project, project_containers(project))
+    nodes = plan_attached_nodes(project, project_containers(project), read_config_file)
     bootstrap = ",".join(f"{n['advertised_host']}:{n['advertised_port']}" for n in nodes if "broker" in n["roles"])
     brokers, cluster_id = discover_brokers(bootstrap, timeout_s)
     problems = metadata_problems(nodes, brokers)
@@ -216,6 +235,26 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
             return (f"network fault {kind!r}: containers {', '.join(self._multi_network())} are on several networks, "
                     f"and the rules act on one interface (eth0); give each Kafka container one network")
         return f"fault {kind!r}: {NOT_YET}"
+
+    # --- rolling restarts: each container restarted in place (`faults/families/rolling.py`) ----------------------
+    def roll_refused(self, version: str | None, settings: Mapping[str, Any]) -> str | None:
+        """Refused: another Kafka version or settings (the team's service would have to be recreated)."""
+        return attached_roll_refused(version, settings)
+
+    def start_node_as(self, node_id: int, version: str | None, settings: Mapping[str, Any]) -> None:
+        """Start the stopped container again as it was (a roll's step); anything else is refused."""
+        refused = attached_roll_refused(None if version == self.node_version(node_id) else version, settings)
+        if refused:
+            raise ClusterError(refused)
+        self.start_node(node_id)
+
+    def node_log_since_start(self, node_id: int) -> str:
+        """The container's output since its latest start (`docker logs --since StartedAt`): earlier starts'
+        lines (a fatal line of last week) do not count."""
+        started = self._inspect_state(node_id).get("StartedAt")
+        proc = de.docker("logs", *(["--since", started] if started else []), self.node(node_id).container,
+                         check=False, timeout=60)
+        return proc.stdout + proc.stderr if proc.returncode == 0 else ""
 
     @classmethod
     def up(cls, project: str, name: str, timeout_s: float = 30.0, proxy: bool = False,  # type: ignore[override]
@@ -407,6 +446,13 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
     def status_fields(self, st: ClusterState) -> dict[str, Any]:
         return {"backend": BACKEND, "kafka_version": None, "project": st.compose.project, "network": "engine",
                 "engine": st.engine}
+
+
+def attached_roll_refused(version: str | None, settings: Mapping[str, Any]) -> str | None:
+    """Pure: why an attached project cannot be rolled onto `version` (None: the same) with `settings`, or None."""
+    what = " and ".join(x for x in ((f"Kafka {version}" if version else ""),
+                                     (f"settings {dict(settings)}" if settings else "")) if x)
+    return ROLL_REFUSED.format(what=what) if what else None
 
 
 def own_groups(admin, topics: set[str]) -> list[str]:

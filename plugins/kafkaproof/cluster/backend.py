@@ -42,6 +42,8 @@ class ClusterBackend(Protocol):
 
     def unsupported_reason(self, kind: str) -> str:
         """Why it cannot inject a fault of `kind`, and what would."""
+    def roll_refused(self, version: str | None, settings: Mapping[str, Any]) -> str | None:
+        """Why it cannot roll nodes onto another version or settings (None: it can); a plain restart always can."""
 
     # membership and addresses
     def node_ids(self) -> list[int]: ...

@@ -101,6 +101,11 @@ class StatefulCluster(KafkaViews, ProxyFleet):
         """Why this backend cannot inject a fault of `kind`, and what would."""
         return f"{kind!r} is not supported by the {self.backend} cluster backend"
 
+    def roll_refused(self, version: str | None, settings: Mapping[str, Any]) -> str | None:
+        """Why this backend cannot roll its nodes onto Kafka `version` (None: the same) with `settings` on top
+        ({}: none), or None when it can (asked before a rolling fault touches any node)."""
+        return None
+
     def _reap(self) -> None:
         for p in list(self._popen.values()) + list(self._proxy_popen.values()):
             p.poll()

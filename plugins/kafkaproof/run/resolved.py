@@ -27,7 +27,7 @@ class Overrides:
     """What a run changes of its scenario file: message scale, Kafka version, broker count, an existing
     cluster (`bootstrap`), the backend, the client every producer and consumer runs, the version every
     rolling upgrade goes to, the seed of a random schedule (when the file gives none), a running compose
-    project to attach to."""
+    project to attach to and the acknowledgement that the run's faults hit it."""
 
     messages: int | None = None
     kafka_version: str | None = None
@@ -38,6 +38,7 @@ class Overrides:
     upgrade_to: str | None = None
     seed: int | None = None
     attach_project: str | None = None  # a running compose project of the user's (cluster.attach)
+    faults_hit_attached: bool | None = None  # its owner agreed that the faults hit it (a DAG run's acknowledgement)
 
     def merged(self, **more: Any) -> "Overrides":
         """These overrides with those of `more` that are not None on top."""

@@ -70,7 +70,6 @@ class RunOptions:
     client_config: dict | None = None  # how clients connect to it (security settings; spec.connection)
     cluster_name: str | None = None
     attach: bool = False  # use the already running local cluster `cluster_name` and leave it up
-    faults_hit_attached: bool = False  # the user agreed that faults hit their attached compose project
     progress_interval_s: float = 2.0
     control: str | None = None  # fault tasks of another process time the faults (run/control.py)
 
@@ -219,7 +218,7 @@ class ScenarioRun:
             stack.callback(self._copy_node_logs)
         elif data["cluster"].get("attach"):
             self._refuse_unsupported(AttachedCluster.supported_for(), "attached")
-            if not self.options.faults_hit_attached:
+            if not self.resolved.overrides.faults_hit_attached:
                 raise KafkaproofError(f"the scenario's faults would hit your compose project {data['cluster']['attach']}"
                                       f": run it with --i-understand-faults-hit-this-cluster")
             with self.phase("provision"):

@@ -3,9 +3,10 @@ or the run's override `--attach-compose-project NAME`), checked before anything 
 
 The project runs with its own settings, so the fields that describe a cluster kafkaproof would start are
 refused (all but `proxy`: kafkaproof's fault proxies in front of the published ports), and so are the
-faults the attached backend cannot inject (rolling: not yet; clock and disk: never, kafkaproof starts
-neither the project's JVMs nor its volumes): each error names the file and the field, and says what is
-supported.
+faults the attached backend cannot inject (clock and disk: never, kafkaproof starts neither the project's
+JVMs nor its volumes) and the rolls that would recreate the team's service (a rolling_upgrade, a
+rolling_restart with `config`; a rolling_restart without it restarts each container in place): each
+error names the file and the field, and says what is supported.
 """
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ import re
 from typing import Any
 
 from ..errors import ScenarioError
-from .fault_families import NETWORK, PROCESS, PROXY, family_of
+from .fault_families import NETWORK, PROCESS, PROXY, ROLLING, family_of
 
 PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # what compose allows for a project name
 SCHEMA = {"type": "string", "pattern": PROJECT_RE.pattern,
           "description": "compose backend: attach to this running compose project of yours (`docker compose ls`) "
                          "instead of starting one; process, network and proxy faults (docs/compose.md)"}
 ATTACHED_FAMILIES = (PROCESS, NETWORK, PROXY)
-SUPPORTED_TEXT = ("on an attached compose project (cluster.attach) the faults are process, network and proxy faults "
-                  "and consumer/app faults; rolling faults are not built yet, clock and disk faults need a cluster "
-                  "kafkaproof starts (its JVMs under libfaketime, its log directories on diskfs)")
+SUPPORTED_TEXT = ("on an attached compose project (cluster.attach) the faults are process, network and proxy faults, "
+                  "rolling_restart without config (each container restarted in place) and consumer/app faults; a "
+                  "rolling_upgrade or a settings change would recreate your service (yours to do), clock and disk "
+                  "faults need a cluster kafkaproof starts (its JVMs under libfaketime, its log directories on diskfs)")
 # Fields of a cluster kafkaproof starts; an attached project has its own (`proxy` is kafkaproof's, in front of it).
 _STARTING_FIELDS = ("config", "node_config", "image", "compose_file", "clock", "disk")
 
@@ -45,7 +47,8 @@ def check_attach(data: dict[str, Any], source: str) -> None:
         raise ScenarioError(f"{source}: cluster.backend: attach ({project}) needs backend: compose, not "
                             f"{cluster.get('backend', 'local')!r}")
     for i, fault in enumerate(data.get("faults") or []):
-        _check_kind(fault.get("kind", ""), fault.get("target", ""), f"{source}: faults[{i}].kind")
+        _check_kind(fault.get("kind", ""), fault.get("target", ""), f"{source}: faults[{i}].kind",
+                    fault.get("params") or {})
     for i, item in enumerate((data.get("random_faults") or {}).get("kinds") or []):
         _check_kind(item.get("kind", ""), "", f"{source}: random_faults.kinds[{i}].kind")
     for i, service in enumerate((data.get("application") or {}).get("services") or []):
@@ -58,8 +61,10 @@ def check_attach(data: dict[str, Any], source: str) -> None:
                                 f"settings and image; kafkaproof starts nothing to give it {key}")
 
 
-def _check_kind(kind: str, target: str, where: str) -> None:
+def _check_kind(kind: str, target: str, where: str, params: dict[str, Any] | None = None) -> None:
     family = family_of(kind, target)
+    if family is ROLLING and kind == "rolling_restart" and not (params or {}).get("config"):
+        return
     if family not in ATTACHED_FAMILIES and not family.target_prefix:
         raise ScenarioError(f"{where}: {kind!r} ({family.name} fault): {SUPPORTED_TEXT}")
 

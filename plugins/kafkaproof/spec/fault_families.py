@@ -122,9 +122,6 @@ def _check_rolling(kind: str, params: Mapping[str, Any], where: str) -> None:
             raise FaultError(f"{where}.params.config.{key}: expected a string, number or boolean, got {value!r}")
     if params.get("timeout_s", 1) <= 0:
         raise FaultError(f"{where}.params.timeout_s: must be > 0")
-    if "version" not in params and not params.get("config"):
-        raise FaultError(f"{where}.params.config: a rolling_restart needs settings to change "
-                         f"(a restart without changes is `restart`)")
 
 
 # --- clock ---------------------------------------------------------------------------------------
@@ -209,8 +206,8 @@ PROXY = FamilySpec(
     actions={"lost_ack": "lost_ack", "error": "error", "latency": "latency", "proxy_bandwidth": "bandwidth",
              "reset": "reset", "blackhole": "blackhole", "metadata": "metadata", "fetch_corrupt": "corrupt",
              "fetch_duplicate": "duplicate"})
-# One node at a time: stop, start again on another version and/or with other settings, wait until it
-# is back in every ISR (docs/upgrades.md). Instantaneous on the timeline: no `duration`. Each step is
+# One node at a time: stop, start again on another version and/or with other settings (a rolling_restart
+# without `config`: as it was), wait until it is back in every ISR (docs/upgrades.md). Instantaneous on the timeline: no `duration`. Each step is
 # a row of the fault log of its own (not injectable by itself).
 ROLLING = FamilySpec(
     "rolling",

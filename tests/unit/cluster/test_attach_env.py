@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaproof.cluster.attach_env import (client_listener, convention, kafka_properties, read_kafka_env)
+from kafkaproof.cluster.attach_env import (ConfigFile, client_listener, config_path_from_commands, convention,
+                                            kafka_properties, needs_config_file, parse_properties, read_kafka_env)
 from kafkaproof.errors import ClusterError
 
 from seed_envs import E1_KAFKA, E1_KAFKA2, confluent
@@ -71,3 +72,64 @@ def test_a_broker_no_published_port_reaches_or_a_secured_listener_is_refused():
                           "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:SSL"}, "kafka-broker-01")
     with pytest.raises(ClusterError, match="EXTERNAL is SSL; .*not built yet"):
         client_listener(tls, {9092: 10000}, "kafka-broker-01")
+
+
+# --- the broker's own config file, when the environment does not say -------------------------------------------
+
+SERVER_PROPERTIES = """# written by the team, mounted at /opt/kafka/config/server.properties
+node.id=2
+process.roles=broker,\\
+    controller
+listeners = PLAINTEXT://:9092,CONTROLLER://:9093
+advertised.listeners:PLAINTEXT://localhost:19092
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+! another comment style
+log.dirs=/data/kafka
+"""
+
+
+def test_properties_files_are_parsed_as_java_reads_them():
+    props = parse_properties(SERVER_PROPERTIES + "a\\=b=c\\td\nempty\nnode.id=3\n")
+    assert props["process.roles"] == "broker,controller" and props["listeners"].startswith("PLAINTEXT://:9092")
+    assert props["advertised.listeners"] == "PLAINTEXT://localhost:19092" and props["a=b"] == "c\td"
+    assert props["empty"] == "" and props["node.id"] == "3"  # the last of repeated keys wins
+    assert not any(k.startswith(("#", "!")) for k in props)
+
+
+def test_the_config_path_comes_from_the_brokers_command_line():
+    assert config_path_from_commands(["/bin/bash /etc/kafka/docker/run",
+                                      "java -Xmx1g -cp /opt/kafka/libs/* kafka.Kafka /etc/team/broker.properties"]) \
+        == "/etc/team/broker.properties"
+    assert config_path_from_commands(["sh /opt/kafka/bin/kafka-server-start.sh /opt/kafka/config/my.properties"]) \
+        == "/opt/kafka/config/my.properties"
+    assert config_path_from_commands(["java kafka.Kafka", "sleep 10"]) is None
+
+
+def test_the_config_file_gives_what_the_environment_does_not_and_the_environment_wins():
+    assert needs_config_file({"KAFKA_HEAP_OPTS": "-Xmx1g"}) and not needs_config_file(confluent(1))
+    assert needs_config_file({"KAFKA_CFG_NODE_ID": "0"})  # roles and listeners missing
+    assert needs_config_file({k: v for k, v in confluent(1).items() if k != "KAFKA_LOG_DIRS"})  # the log directory
+    config = ConfigFile("/opt/kafka/config/server.properties", parse_properties(SERVER_PROPERTIES))
+    node = read_kafka_env({"KAFKA_HEAP_OPTS": "-Xmx1g"}, "kafka7", config)
+    assert (node.node_id, node.roles, node.log_dir) == (2, ("broker", "controller"), "/data/kafka")
+    assert client_listener(node, {9092: 19092}, "kafka7").address == "localhost:19092"
+    assert read_kafka_env({"KAFKA_NODE_ID": "5"}, "kafka7", config).node_id == 5
+    bitnami = read_kafka_env({}, "k", ConfigFile("/opt/bitnami/kafka/config/server.properties",
+                                                 {"node.id": "1", "process.roles": "controller"}))
+    assert bitnami.convention == "bitnami" and bitnami.log_dir == "/bitnami/kafka/data"
+
+
+@pytest.mark.parametrize("config, words", [
+    (ConfigFile(None, {}, ("/opt/kafka/config/server.properties", "/etc/kafka/kafka.properties")),
+     ["kafka9", "node id", "no broker config file was found", "/etc/kafka/kafka.properties"]),
+    (ConfigFile("/etc/k.properties", {"process.roles": "broker"}), ["kafka9", "node id", "nor in its config file "
+                                                                    "/etc/k.properties", "node.id"]),
+    (ConfigFile("/etc/k.properties", {"node.id": "1"}), ["kafka9", "PROCESS_ROLES", "/etc/k.properties", "process.roles"]),
+    (ConfigFile("/etc/k.properties", {"node.id": "1", "process.roles": "broker"}),
+     ["kafka9", "without listeners", "/etc/k.properties", "(listeners)"]),
+])
+def test_what_neither_the_environment_nor_the_config_file_gives_is_refused_naming_both(config, words):
+    with pytest.raises(ClusterError) as e:
+        read_kafka_env({"KAFKA_HEAP_OPTS": "-Xmx1g"}, "kafka9", config)
+    assert all(w in str(e.value) for w in words), str(e.value)

@@ -6,8 +6,10 @@ import pytest
 
 from kafkaproof.cluster import docker_engine as de
 from kafkaproof.cluster import network
-from kafkaproof.cluster.attached import (AttachedCluster, container_networks, engine_link, is_kafka_env,
-                                         metadata_problems, plan_attached_nodes, published_ports)
+from kafkaproof.cluster.attach_env import ConfigFile, parse_properties
+from kafkaproof.cluster.attached import (AttachedCluster, attached_roll_refused, container_networks, engine_link,
+                                         is_kafka_env, metadata_problems, plan_attached_nodes, published_ports,
+                                         runs_kafka)
 from kafkaproof.cluster.proxies import front_with_proxies
 from kafkaproof.errors import ClusterError
 from kafkaproof.faults.network_rules import partition_rules
@@ -75,13 +77,14 @@ def test_bad_projects_are_refused_before_anything_is_touched(containers, words):
 
 
 def test_process_network_and_proxy_faults_are_supported_clock_and_disk_refused_with_the_reason():
-    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS)
+    assert AttachedCluster.supported_for() == frozenset(PROCESS_KINDS + NETWORK_KINDS + PROXY_KINDS) | {"rolling_restart"}
     assert not AttachedCluster.supported_for() & (frozenset(CLOCK_KINDS) | frozenset(DISK_KINDS))
     cluster = object.__new__(AttachedCluster)
     cluster._multi_network = lambda: []  # type: ignore[method-assign]
     assert "libfaketime" in cluster.unsupported_reason("clock_skew")
     assert "diskfs" in cluster.unsupported_reason("disk_full")
-    assert "rolling faults are not yet" in cluster.unsupported_reason("rolling_restart")
+    assert "rolling_upgrade and settings changes would recreate your service" in cluster.unsupported_reason(
+        "rolling_upgrade")
 
 
 def test_a_container_on_several_networks_gets_no_network_faults_and_says_why(monkeypatch):
@@ -131,3 +134,48 @@ def test_the_proxies_front_the_published_ports_and_know_their_peers():
     assert [(n["advertised_host"], n["advertised_port"], n["proxy"]["upstream"]) for n in nodes] == [
         ("127.0.0.1", 41001, "localhost:10000"), ("127.0.0.1", 41002, "localhost:10001")]
     assert nodes[0]["proxy"]["peers"] == {"2": "127.0.0.1:41002"} and nodes[0]["proxy"]["rewrite"]
+def test_rolls_onto_another_version_or_settings_are_refused_on_an_attached_project_with_the_reason():
+    assert attached_roll_refused(None, {}) is None  # a plain rolling restart: each container in place
+    assert "onto Kafka 4.3.1 would mean recreating your service" in attached_roll_refused("4.3.1", {})
+    assert "settings {'num.io.threads': 4}" in attached_roll_refused(None, {"num.io.threads": 4})
+    assert AttachedCluster.roll_refused(object.__new__(AttachedCluster), None, {}) is None
+
+
+def test_a_container_configured_by_its_own_config_file_is_planned_from_that_file():
+    team = container("broker-a", {"KAFKA_HEAP_OPTS": "-Xmx1g"}, {9092: 19092})
+    team["Path"], team["Args"] = "/opt/team/start.sh", ["kafka-server-start.sh", "/etc/team/server.properties"]
+    asked = []
+
+    def read_config(name: str) -> ConfigFile:
+        asked.append(name)
+        if name == "kafka":  # no file found: its environment says enough
+            return ConfigFile(None, {}, ("/opt/bitnami/kafka/config/server.properties",))
+        return ConfigFile("/etc/team/server.properties", parse_properties(
+            "node.id=7\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
+            "advertised.listeners=PLAINTEXT://localhost:19092\ncontroller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"))
+
+    nodes = plan_attached_nodes("p", [APP, team, container("kafka", E1_KAFKA, {9092: 9092})], read_config)
+    assert asked == ["broker-a", "kafka"]  # kafka's environment names no log directory: its file is looked for
+    assert plan_attached_nodes("p", [container(f"kafka-broker-0{i}", confluent(i), {9092: 9999 + i}) for i in (1, 2, 3)],
+                               read_config) and asked == ["broker-a", "kafka"]  # theirs names everything: not read
+    assert [(n["id"], n["container"], n["client_port"], n["config_file"]) for n in nodes] == [
+        (0, "kafka", 9092, None), (7, "broker-a", 19092, "/etc/team/server.properties")]
+    assert runs_kafka(team) and not runs_kafka(APP)
+
+
+def test_a_container_whose_node_id_neither_its_environment_nor_a_config_file_gives_is_refused():
+    stopped = container("kafka-old", {"KAFKA_PROCESS_ROLES": "broker"}, {}, status="exited")
+    missing = container("kafka", {"KAFKA_PROCESS_ROLES": "broker"}, {9092: 9092})
+    asked = []
+
+    def read_config(name: str) -> ConfigFile:
+        asked.append(name)
+        return ConfigFile(None, {}, ("/opt/kafka/config/server.properties",))
+
+    with pytest.raises(ClusterError) as e:
+        plan_attached_nodes("p", [stopped, missing], read_config)
+    assert asked == ["kafka"]  # an exited container is refused as it is, nothing read from it
+    text = str(e.value)
+    assert "container kafka-old: is exited" in text and "container kafka: no node id" in text
+    assert "no broker config file was found (/opt/kafka/config/server.properties)" in text

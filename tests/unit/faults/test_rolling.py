@@ -47,9 +47,9 @@ def test_rolling_upgrade_parameters_are_checked(params, message):
         FaultSpec("rolling_upgrade", "", params).validate()
 
 
-def test_a_rolling_restart_needs_settings_and_defaults_to_every_node():
-    with pytest.raises(FaultError, match="needs settings to change"):
-        FaultSpec("rolling_restart", "", {}).validate()
+def test_a_rolling_restart_may_change_settings_or_nothing_and_defaults_to_every_node():
+    plain = FaultSpec("rolling_restart", "", {}).validate()  # every node restarted in turn, as it was
+    assert plain.resolved_target == "all" and plain.is_rolling
     spec = FaultSpec("rolling_restart", "", {"config": {"num.replica.fetchers": 2}}).validate()
     assert spec.resolved_target == "all" and spec.is_rolling
 
@@ -125,6 +125,15 @@ def test_the_steps_of_a_roll_are_judged_each():
         True, "3.9.2 → 4.3.1, serving again 2.5s after its start")
     assert job.fault_effect(_fault("roll_node", {}, {"effect_error": "node 2 stopped itself"})) == (
         False, "the node did not come back: node 2 stopped itself")
+    plain = {"version_before": None, "version_after": None, "settings": {}, "caught_up_s": 4.0,
+             "started_before": "811:2026-11-28T15:01:02Z", "started_after": "990:2026-11-28T15:01:20Z"}
+    assert job.fault_effect(_fault("roll_node", {}, {"step": plain})) == (
+        True, "restarted: started 811:2026-11-28T15:01:02Z → 990:2026-11-28T15:01:20Z, serving again 4.0s after its start")
+    same = {**plain, "started_after": plain["started_before"]}  # never restarted: not exercised
+    assert job.fault_effect(_fault("roll_node", {}, {"step": same}))[0] is False
+    assert job.fault_effect(_fault("rolling_restart", {}, {"rolled": {"1": plain}}))[0] is True
+    assert job.fault_effect(_fault("rolling_restart", {}, {"rolled": {"1": plain, "2": same}})) == (
+        False, "2 nodes rolled; nodes 2 did not restart and serve again")
     assert job.fault_effect(_fault("finalize_features", {}, {"step": {"finalized": True, "release": "4.3"}}))[0]
     assert not job.fault_effect(_fault("finalize_features", {}, {"effect_error": "refused"}))[0]
 

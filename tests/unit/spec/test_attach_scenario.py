@@ -34,6 +34,9 @@ def test_an_attaching_scenario_with_process_network_proxy_and_consumer_faults_is
     s = scenario_mod.load(write(tmp_path, {**doc, "cluster": {"backend": "compose", "attach": "shop_kafka"}}))
     assert s.data["cluster"]["attach"] == "shop_kafka"
     assert s.data["cluster"]["proxy"] is True  # implied by the latency fault: kafkaproof's proxies, allowed
+    rolled = {**BASE, "cluster": {"backend": "compose", "attach": "shop_kafka"},
+              "faults": BASE["faults"] + [{"at": 6, "kind": "rolling_restart"}]}  # in place: allowed
+    assert scenario_mod.load(write(tmp_path, rolled)).data["faults"][-1]["kind"] == "rolling_restart"
     # the override: the same checks, the same result
     o = scenario_mod.load(write(tmp_path, doc)).with_overrides(attach="shop_kafka")
     assert o.data["cluster"] == {**s.data["cluster"]}
@@ -46,8 +49,11 @@ def test_an_attaching_scenario_with_process_network_proxy_and_consumer_faults_is
     ({"backend": "compose", "attach": "p", "disk": True},
      {"at": 1, "kind": "disk_full", "target": "node:1", "duration": 1},
      ["faults[2].kind: 'disk_full' (disk fault)", "diskfs"]),
-    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "rolling_restart", "target": "all"},
-     ["faults[2].kind: 'rolling_restart' (rolling fault)"]),
+    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "rolling_restart", "target": "all",
+                                             "params": {"config": {"num.io.threads": 4}}},
+     ["faults[2].kind: 'rolling_restart' (rolling fault)", "would recreate your service"]),
+    ({"backend": "compose", "attach": "p"}, {"at": 1, "kind": "rolling_upgrade", "params": {"version": "4.3.1"}},
+     ["faults[2].kind: 'rolling_upgrade' (rolling fault)", "rolling_restart without config"]),
     ({"attach": "p"}, None, ["s.yaml: cluster.backend: attach (p) needs backend: compose, not 'local'"]),
     ({"backend": "compose", "attach": "p", "image": "x:1"}, None, ["cluster.image: an attached compose project"]),
     ({"backend": "compose", "attach": "p", "config": {"a": 1}}, None, ["cluster.config: an attached"]),

@@ -7,7 +7,11 @@ settings on the same data (`start_node_as`), and waited for until it is back in 
 (`wait_node_caught_up`). Then, for an upgrade with `finalize` (default), the feature levels of the
 target release are finalised with Kafka's own `kafka-features upgrade`. Every step is a row of
 the fault log (`roll_node`, `finalize_features`) with its window, so the report shows the
-mixed-version period node by node. docs/upgrades.md.
+mixed-version period node by node. A `rolling_restart` without `config` restarts each node as it was;
+every step records the node's incarnation (container or process start) before and after, the evidence
+that it did restart. A backend may refuse what it cannot roll (`roll_refused`: an attached compose
+project is restarted in place, never recreated on another image or settings) before any node is
+touched. docs/upgrades.md.
 
 While a node is out, the state file holds a fault that restarts it, so a crashed run's
 `cluster down --all` or `fault heal --all` leaves nothing stopped. A node that does not come
@@ -78,10 +82,13 @@ class NodeStep:
     settings: dict
     caught_up_s: float | None = None  # from its start until it served again
     out_s: float | None = None  # from the stop until it served again
+    started_before: str | None = None  # the node's incarnation (`node_incarnation`) before and after its step
+    started_after: str | None = None
 
     def effect(self) -> dict[str, Any]:
         return {"version_before": self.version_before, "version_after": self.version_after,
-                "settings": self.settings, "caught_up_s": self.caught_up_s, "out_s": self.out_s}
+                "settings": self.settings, "caught_up_s": self.caught_up_s, "out_s": self.out_s,
+                "started_before": self.started_before, "started_after": self.started_after}
 
 
 def roll(injector: "FaultInjector", spec: FaultSpec, nodes: list[int]) -> dict[str, Any]:
@@ -91,6 +98,9 @@ def roll(injector: "FaultInjector", spec: FaultSpec, nodes: list[int]) -> dict[s
     target_version = params.get("version")
     changes = dict(params.get("config") or {})
     timeout_s = float(params.get("timeout_s", DEFAULT_CATCH_UP_TIMEOUT_S))
+    refused = cluster.roll_refused(target_version, changes)
+    if refused:
+        raise FaultError(f"{spec.kind}: {refused}")
     roles = {n: cluster.node(n).roles for n in nodes}
     order = roll_order(nodes, roles, cluster.active_controller())
     log.info("%s: rolling nodes %s %s", spec.kind, order,
@@ -101,7 +111,8 @@ def roll(injector: "FaultInjector", spec: FaultSpec, nodes: list[int]) -> dict[s
                         {**cluster.node_settings(n), **changes})
         _roll_node(injector, spec, step, bool(params.get("graceful", True)), timeout_s)
         steps.append(step)
-        log.info("%s: node %d back on Kafka %s in %.1fs", spec.kind, n, step.version_after, step.caught_up_s)
+        log.info("%s: node %d back (Kafka %s, started %s -> %s) in %.1fs", spec.kind, n, step.version_after,
+                 step.started_before, step.started_after, step.caught_up_s)
     effect: dict[str, Any] = {"rolled": {str(s.node): s.effect() for s in steps},
                               "versions_after": {str(k): v for k, v in cluster.node_versions().items()}}
     if target_version and params.get("finalize", True):
@@ -118,12 +129,14 @@ def _roll_node(injector: "FaultInjector", spec: FaultSpec, step: NodeStep, grace
     cluster.record_fault(fault)  # while the node is out, `fault heal --all` starts it again
     injector.log_step("inject", fault)
     try:
+        step.started_before = cluster.node_incarnation(step.node)
         stopped = time.monotonic()
         cluster.stop_node(step.node, graceful=graceful)
         cluster.start_node_as(step.node, step.version_after, step.settings)
         started = time.monotonic()
         step.caught_up_s = round(cluster.wait_node_caught_up(step.node, timeout_s), 3)
         step.out_s = round(started - stopped + step.caught_up_s, 3)
+        step.started_after = cluster.node_incarnation(step.node)
     except (ClusterError, FaultError, OSError) as e:
         put_back = _put_back(cluster, step.node, step.version_before, before_settings, timeout_s)
         cluster.forget_fault(fault["fault_id"])

@@ -237,8 +237,18 @@ DISK = FamilySpec(
     needs="disk", actions={"disk_error": "error", "disk_full": "full", "disk_latency": "latency"},
     check=lambda kind, params, where: check_disk_params(params, where))
 # A consumer process of the run (target `consumer:<i>`) killed, stopped or paused; the run starts it again
-# at heal. Injected by the run (it owns the consumer processes), not on the cluster.
-CONSUMER = FamilySpec("consumer", {"kill": {}, "stop": {}, "pause": {}},
+# at heal, a killed or stopped one with `params.config` over `consumers.config` when given (an online
+# migration of the group protocol, spec.group_protocol). Injected by the run (it owns the consumer
+# processes), not on the cluster.
+def _check_consumer(kind: str, params: Mapping[str, Any], where: str) -> None:
+    from .group_protocol import check_restart_config
+    problem = check_restart_config(params["config"], f"{where}.params.config") if "config" in params else None
+    if problem:
+        raise FaultError(problem)
+
+
+CONSUMER = FamilySpec("consumer", {"kill": {"config": (dict, False)}, "stop": {"config": (dict, False)}, "pause": {}},
+                      check=_check_consumer,
                       effect_fields=("consumer_state",), heal_fields=("consumer_restarted",),
                       target_prefix="consumer:", target_forms=("consumer:<index>",),
                       target_re=re.compile(r"^consumer:\d+$"),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..spec.client_versions import read_client_versions, summary as client_summary
+from ..spec.group_protocol import protocol_text
 from ..spec.connection import connection_text
 from ..spec.ledger import MANIFEST, SIDE_TABLES, TABLES
 from ..spec.pipeline_ledger import PIPELINE_TABLES
@@ -346,6 +347,8 @@ def section_environment(v: RunView) -> Markup:
     out = [tag("h2", "Versions and cluster", id="cluster")]
     left = kv([(k, versions[k]) for k in sorted(versions)] +
               [("clients", "; ".join(client_summary(read_client_versions(m))) or "–")] +
+              [("group protocol", text) for text in [protocol_text(m.get("consumer_protocols"),
+                                                                   m.get("consumer_group"))] if text] +
               [("host", f"{(m.get('host') or {}).get('hostname', '?')}, {(m.get('host') or {}).get('cpus', '?')} CPUs"),
                ("bootstrap", m.get("bootstrap") or cluster.get("bootstrap_servers") or "–"),
                *([("client connection", connection_text(m["client_connection"]))]

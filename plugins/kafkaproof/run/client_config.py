@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from ..errors import ScenarioError
 from ..spec.client_settings import ClientSettings, UnknownKey
+from ..spec.group_protocol import consumer_configs, librdkafka_problem, protocol_of
 from . import java_driver
 
 ROLES = ("producers", "consumers")
@@ -65,7 +66,23 @@ def client_config_problems(data: Mapping[str, Any]) -> list[str]:
             problems += [f"{role}.config.{name}: librdkafka has no such property (the names of the Java client, "
                          f"e.g. max.block.ms, need {role}.client: java)"
                          for name in unknown_librdkafka_properties(role, config)]
-    return problems
+    return problems + group_protocol_problems(data)
+
+
+def group_protocol_problems(data: Mapping[str, Any], librdkafka: str | None = None) -> list[str]:
+    """`field: reason` when the Python driver's consumers would run group.protocol=consumer on a librdkafka
+    (this interpreter's, or `librdkafka`) without it; the Java client's version is the scenario's to check."""
+    cons = data["consumers"]
+    if not cons.get("count") or cons.get("client", "librdkafka") == "java":
+        return []
+    fields = [where for where, config in consumer_configs(data) if protocol_of(config) == "consumer"]
+    if not fields:
+        return []
+    if librdkafka is None:
+        from .versions import python_client_versions
+        librdkafka = python_client_versions()[1].version
+    problem = librdkafka_problem(librdkafka)
+    return [f"{fields[0]}.group.protocol: {problem}"] if problem else []
 
 
 def check_client_config(scenario) -> None:

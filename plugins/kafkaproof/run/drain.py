@@ -1,6 +1,7 @@
 """The audit drain: after the faults healed, a fresh reader reads every partition to its high watermark."""
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any, Callable, Mapping
@@ -82,6 +83,30 @@ def committed_offsets(admin, group: str, topic: str, timeout_s: float = 5) -> di
         return {}
     return {tp.partition: tp.offset for tp in result.topic_partitions
             if tp.topic == topic and tp.error is None and tp.offset >= 0}
+
+
+CLIENT_ID = re.compile(r"^kp-consumer-(\d+)-(\d+)$")  # what run.workers names each consumer incarnation
+
+
+def describe_group(admin, group: str, timeout_s: float = 10) -> dict[str, Any]:
+    """What the group coordinator says of `group`, asked with `admin` (a confluent_kafka AdminClient): its type
+    (`classic` or `consumer`: the protocol the group runs, KIP-848), state, assignor and members (client id,
+    the consumer and incarnation it names, partitions); `{"group", "error"}` when it cannot be described."""
+    from confluent_kafka import KafkaException
+    from ..cluster.discovery import group_info
+    try:
+        desc = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout=timeout_s + 5)
+    except (KafkaException, TimeoutError) as e:  # concurrent's TimeoutError on 3.11
+        return {"group": group, "error": str(e)}
+    info = group_info(desc)
+    members = []
+    for m in desc.members:
+        match = CLIENT_ID.match(m.client_id or "")
+        members.append({"client_id": m.client_id, "consumer": int(match.group(1)) if match else None,
+                        "incarnation": int(match.group(2)) if match else None,
+                        "partitions": sorted(tp.partition for tp in (m.assignment.topic_partitions or []))})
+    return {"group": group, "type": info.protocol, "state": info.state.lower(), "assignor": info.assignor,
+            "members": sorted(members, key=lambda m: (m["consumer"] is None, m["consumer"] or 0, m["client_id"]))}
 
 
 def audit_summary(marks_by_isolation: dict[str, dict]) -> dict:

@@ -43,7 +43,7 @@ from .app_run import AppRun
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .resolved import ResolvedScenario
-from .drain import audit_summary, committed_offsets, drain, high_watermarks
+from .drain import audit_summary, committed_offsets, describe_group, drain, high_watermarks
 from .sampler import SnapshotSampler
 from .stopping import DEFAULT_MIN_FREE_DISK_MB, early_stop_reason, free_disk_mb, stop_requested
 from .timeline import Timeline
@@ -394,6 +394,7 @@ class ScenarioRun:
             timeline.heal_everything()
         with self.phase("settle"):
             self._wait_consumers_settle(workers, deadline)
+            self._record_group(workers)
             workers.stop_consumers()
             if app:
                 app.settle(data["drain"]["settle_s"], min(deadline, time.monotonic() + data["drain"]["timeout_s"]))
@@ -511,6 +512,19 @@ class ScenarioRun:
             time.sleep(0.5)
         log.warning("[%s] consumers did not reach the end of partitions %s within %ss",
                     self.scenario.name, sorted(behind), self.scenario.data["drain"]["timeout_s"])
+
+    def _record_group(self, workers: Workers) -> None:
+        """Which group protocol each consumer incarnation was started with, and what the coordinator says of the
+        group while they all still run (its type: the protocol it runs): the manifest's `consumer_protocols`
+        and `consumer_group`."""
+        if not workers.started:
+            return
+        self.manifest["consumer_protocols"] = list(workers.started)
+        if self.scenario.data["consumers"]["mode"] == "subscribe":
+            group = describe_group(self.cluster.admin(), self.scenario.data["consumers"]["group"])
+            self.manifest["consumer_group"] = group
+            log.info("[%s] group %s: %s", self.scenario.name, group["group"],
+                     group.get("error") or f"type {group['type']}, {group['state']}, {len(group['members'])} members")
 
     def _wait_commits(self, marks: dict[int, int], until: float) -> None:
         """Let the last commits land: until the group's committed offsets reach the high watermarks, at

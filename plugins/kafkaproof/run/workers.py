@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 from ..cluster import process, procs
 from ..errors import FaultError
 from ..spec.connection import CONNECTION_ENV, java_properties
+from ..spec.group_protocol import protocol_of, restart_config
 from ..spec.versions import DEFAULT_KAFKA_VERSION
 from . import java_driver
 
@@ -109,7 +110,8 @@ class Workers:
         self.producers: dict[int, subprocess.Popen] = {}
         self.consumers: dict[int, subprocess.Popen] = {}
         self.incarnations: dict[int, int] = {}
-        self.consumer_spec: dict = {}
+        self.consumer_specs: dict[int, dict] = {}  # what each consumer is started with (again) next
+        self.started: list[dict[str, Any]] = []  # each consumer incarnation's group protocol (the manifest's)
 
     def _spawn(self, role: str, spec: dict, name: str) -> subprocess.Popen:
         """Start one worker: the Python (librdkafka) one, or the Java (kafka-clients) driver when the spec's
@@ -138,11 +140,21 @@ class Workers:
         self.producers[index] = self._spawn("producer", {**self.base, **spec, "index": index}, f"producer-{index}")
 
     def start_consumer(self, index: int, spec: dict) -> None:
+        """Start consumer `index` (a new incarnation) with `spec`; its client id names it (`kp-consumer-<i>-<inc>`,
+        unless the scenario sets one) so the group's description shows which member it is."""
         inc = self.incarnations.get(index, -1) + 1
         self.incarnations[index] = inc
-        self.consumers[index] = self._spawn("consumer", {**self.base, **spec, "index": index, "incarnation": inc},
-                                            f"consumer-{index}-{inc}")
-        self.consumer_spec = spec
+        self.consumer_specs[index] = spec
+        config = {"client.id": f"kp-consumer-{index}-{inc}", **(spec.get("config") or {})}
+        self.consumers[index] = self._spawn("consumer", {**self.base, **spec, "config": config, "index": index,
+                                                         "incarnation": inc}, f"consumer-{index}-{inc}")
+        self.started.append({"consumer": index, "incarnation": inc, "group_protocol": protocol_of(config)})
+
+    def reconfigure_consumer(self, index: int, config: Mapping[str, Any]) -> None:
+        """Consumer `index` starts again (its next incarnation) with `config` over its current settings (null:
+        removed)."""
+        spec = self.consumer_specs[index]
+        self.consumer_specs[index] = {**spec, "config": restart_config(spec.get("config") or {}, config)}
 
     def signal_consumer(self, index: int, sig: int) -> int:
         proc = self.consumers[index]
@@ -157,7 +169,7 @@ class Workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)
             return
-        self.start_consumer(index, self.consumer_spec)
+        self.start_consumer(index, self.consumer_specs[index])
 
     def producers_done(self) -> bool:
         return all(p.poll() is not None for p in self.producers.values())

@@ -92,9 +92,12 @@ def producer_settings(producers: Mapping[str, Any], index: int) -> dict[str, Any
 
 
 def consumer_settings(consumers: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """Pure: what consumer `index` of a resolved scenario runs with (group, isolation, commit strategy)."""
+    """Pure: what consumer `index` of a resolved scenario starts with (group, its protocol, isolation, commit
+    strategy); a consumer fault may restart it with other settings (the manifest's `consumer_protocols`)."""
+    from .group_protocol import protocol_of
     return {"index": index, "client": consumers.get("client", "librdkafka"),
             "group": consumers.get("group") or "default", "mode": consumers.get("mode", "subscribe"),
+            "group_protocol": protocol_of(consumers.get("config")),
             "isolation_level": consumers.get("isolation_level", "read_committed"),
             "commit": consumers.get("commit", "sync"), "config": dict(consumers.get("config") or {})}
 

@@ -233,8 +233,6 @@ DISK = FamilySpec(
     undo=("disk_rules", "restart"),
     needs="disk", actions={"disk_error": "error", "disk_full": "full", "disk_latency": "latency"},
     check=lambda kind, params, where: check_disk_params(params, where))
-# A consumer process of the run (target `consumer:<i>`) killed, stopped or paused; the run starts it again
-# at heal. Injected by the run (it owns the consumer processes), not on the cluster.
 # One log directory of a broker with several (cluster.log_dirs) fails: a diskfs rule fails every operation under
 # it until the heal, which removes the rule and bounces the broker (Kafka brings an offline directory back
 # only on a restart). `dir`: its index (default: the one holding the partition the target names).
@@ -243,7 +241,19 @@ LOG_DIR = FamilySpec(
     effect_fields=("log_dir", "offline_before"), heal_fields=("disk_fired", "log_dir_offline"),
     undo=("disk_rules", "restart"), needs="disk", default_target="leader:0",
     colors={"log_dir_failure": "#7f7f7f"})
-CONSUMER = FamilySpec("consumer", {"kill": {}, "stop": {}, "pause": {}},
+# A consumer process of the run (target `consumer:<i>`) killed, stopped or paused; the run starts it again
+# at heal, a killed or stopped one with `params.config` over `consumers.config` when given (an online
+# migration of the group protocol, spec.group_protocol). Injected by the run (it owns the consumer
+# processes), not on the cluster.
+def _check_consumer(kind: str, params: Mapping[str, Any], where: str) -> None:
+    from .group_protocol import check_restart_config
+    problem = check_restart_config(params["config"], f"{where}.params.config") if "config" in params else None
+    if problem:
+        raise FaultError(problem)
+
+
+CONSUMER = FamilySpec("consumer", {"kill": {"config": (dict, False)}, "stop": {"config": (dict, False)}, "pause": {}},
+                      check=_check_consumer,
                       effect_fields=("consumer_state",), heal_fields=("consumer_restarted",),
                       target_prefix="consumer:", target_forms=("consumer:<index>",),
                       target_re=re.compile(r"^consumer:\d+$"),

@@ -24,6 +24,7 @@ from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
 from . import attach as attach_spec, jbod, pipeline_ledger, random_faults, together, triggers
 from .fault_families import CONSUMER, family_of, kinds_needing
+from .group_protocol import check_group_protocol
 from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
@@ -584,14 +585,15 @@ def _check_semantics(data: dict, source: str) -> None:
             idx = target.split(":", 1)[1]
             if not idx.isdigit() or int(idx) >= cons["count"]:
                 fail(f"{where}.target", f"{target!r}: consumers are consumer:0..consumer:{cons['count'] - 1}")
-            continue
-        if target.startswith(APP_TARGET_PREFIX):
+        elif target.startswith(APP_TARGET_PREFIX):
             _check_app_fault(f, where, application, fail)
             continue
         try:
             FaultSpec(f["kind"], target, f.get("params", {})).validate(where)
         except FaultError as e:
             raise ScenarioError(f"{source}: {e}") from None
+        if target.startswith("consumer:"):  # its params checked; which consumers exist, above
+            continue
         for prefix in ("leader:", "follower:", "followers:"):
             rest = target[len(prefix):] if target.startswith(prefix) else None
             if rest is not None and ":" not in rest and int(rest) >= topic["partitions"]:
@@ -611,6 +613,7 @@ def _check_semantics(data: dict, source: str) -> None:
             if any(n > brokers for n in named) or (target == "controller" and controllers):
                 fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
                                         f"(1..{brokers}): they act on the clients' requests")
+    check_group_protocol(data, fail)  # consumers.config and each consumer fault's restart settings
     if data.get("random_faults"):
         _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):

@@ -210,6 +210,6 @@ def test_the_cli_lists_the_families_with_targets_of_their_own_from_the_registry(
     from kafkaproof import cli
     assert cli.main(["fault", "list", "--kinds"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "in scenarios, on consumer:<index>: kill, stop, pause" in lines
+    assert "in scenarios, on consumer:<index>: kill (params: config?), stop (params: config?), pause" in lines
     assert ("in scenarios, on app:<service>, app:<service>:<instance>: kill, stop (params: timeout_s?), pause, "
             "restart") in lines

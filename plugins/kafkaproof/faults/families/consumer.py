@@ -1,7 +1,9 @@
 """Consumer faults: a consumer process of the run (target `consumer:<i>`) killed (SIGKILL), stopped (SIGTERM)
-or paused (SIGSTOP); the heal starts it again. The run owns its consumer processes (`run.workers`): it
-hands them in as `workers` (signal_consumer, restart_consumer, consumers, incarnations), and the faults
-are logged to the run's fault log only (the cluster has nothing to heal after a crash)."""
+or paused (SIGSTOP); the heal starts it again, a killed or stopped one with `params.config` over its
+settings when given (an online migration of the group protocol). The run owns its consumer processes
+(`run.workers`): it hands them in as `workers` (signal_consumer, reconfigure_consumer, restart_consumer,
+consumers, incarnations), and the faults are logged to the run's fault log only (the cluster has nothing to
+heal after a crash)."""
 from __future__ import annotations
 
 import logging
@@ -32,6 +34,8 @@ class ConsumerHandler:
         index = int(spec.target.split(":")[1])
         sig = getattr(signal, CONSUMER.actions[spec.kind])
         pid = self.workers.signal_consumer(index, sig)
+        if spec.params.get("config"):  # the heal starts it with these settings (e.g. an online migration)
+            self.workers.reconfigure_consumer(index, spec.params["config"])
         if sig != signal.SIGSTOP:
             self.workers.consumers[index].wait(30)
             state_after = "dead" if self.workers.consumers[index].poll() is not None else "running"

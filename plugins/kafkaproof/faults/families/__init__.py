@@ -1,7 +1,7 @@
 """The fault families' handlers, registered in one place against the registry of `spec.fault_families`.
 
-One module per family (process, network, proxy, rolling, clock, disk, consumer, app), each a handler that owns
-its kinds' checks past the spec's, inject, heal and "took effect" evidence (the `effect` record and the heal
+One module per family (process, network, proxy, rolling, clock, disk, corruption, consumer, app), each a handler
+that owns its kinds' checks past the spec's, inject, heal and "took effect" evidence (the `effect` record and the heal
 record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
 the consumer and app handlers (it owns the consumer processes and the application's services). README
 "Development" says how to add a family.
@@ -13,6 +13,7 @@ from .app import AppHandler
 from .base import FaultHandler, Injection
 from .clock import ClockHandler
 from .consumer import ConsumerHandler
+from .corruption import CorruptionHandler
 from .disk import DiskHandler
 from .network import NetworkHandler
 from .process import ProcessHandler
@@ -22,7 +23,8 @@ from .rolling import RollingHandler
 # Family name -> its handler on cluster nodes (the consumer and app families' handlers are made per run:
 # ConsumerHandler, AppHandler).
 HANDLERS: dict[str, FaultHandler] = {h.family.name: h for h in (
-    ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler())}
+    ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler(),
+    CorruptionHandler())}
 
 
 def handler_for(kind: str) -> FaultHandler:

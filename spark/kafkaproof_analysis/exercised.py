@@ -175,6 +175,31 @@ def disk_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) 
                      f"operation{'' if n == 1 else 's'}")
 
 
+def corruption_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a file corruption took effect when every node it targeted had files changed (bits flipped or bytes
+    cut); the evidence names each node's files and what changed in them."""
+    corrupted = effect.get("corrupted") or {}
+    nodes = [str(n) for n in fault.get("nodes") or []] or list(corrupted)
+    if not nodes:
+        return False, "no node was corrupted"
+
+    def changed(files: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        return [f for f in files if f.get("flipped") or f.get("cut")]
+
+    def said(node: str) -> str:
+        files = corrupted.get(node) or []
+        hit = changed(files)
+        if not files:
+            return f"node {node}: no file of the kind found"
+        if not hit:
+            return f"node {node}: {len(files)} file{'' if len(files) == 1 else 's'} left unchanged"
+        return f"node {node}: " + ", ".join(
+            f"{f['file']} ({f['flipped']} bit{'' if f['flipped'] == 1 else 's'} flipped)" if f.get("flipped") else
+            f"{f['file']} ({f['cut']:,} of {f['size']:,} bytes cut)" for f in hit[:4]) + (
+            f" and {len(hit) - 4} more" if len(hit) > 4 else "")
+    return all(changed(corrupted.get(n) or []) for n in nodes), "; ".join(said(n) for n in sorted(nodes))
+
+
 def rolling_family_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
     """Pure: a rolling fault as `rolling_effect` says; a node's step when it served again; the finalising step
     when the features were finalised."""
@@ -212,6 +237,7 @@ FAMILY_JUDGES = {
     "clock": lambda kind, fault, effect: clock_effect(json.loads(fault.get("params") or "{}"), effect),
     "disk": disk_effect,
     "log_dir": log_dir_effect,
+    "corruption": corruption_effect,
     "consumer": consumer_effect,
     "app": app_effect,
 }

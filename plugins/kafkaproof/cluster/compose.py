@@ -37,7 +37,7 @@ from typing import Any, Mapping
 from ..errors import ClusterError, ClusterNotRunning
 from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
 from ..spec.fault_families import kinds_needing
-from ..spec.faults import CLOCK_KINDS, DISK_KINDS, FAULT_KINDS
+from ..spec.faults import CLOCK_KINDS, CORRUPTION_KINDS, DISK_KINDS, FAULT_KINDS
 from . import docker_engine as de
 from . import host, network, state
 from .base import StatefulCluster
@@ -182,14 +182,15 @@ class ComposeCluster(ContainerNodes, StatefulCluster):
 
     @property
     def supported_faults(self) -> frozenset[str]:
-        """Every kind but clock and disk faults: network faults enter the containers by their namespaces or
-        through the engine."""
+        """Every kind but clock, disk and corruption faults: network faults enter the containers by their
+        namespaces or through the engine."""
         return self.supported_for()
 
     @staticmethod
     def supported_for() -> frozenset[str]:
         """The fault kinds a compose cluster started here will support."""
-        return frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
+        return (frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
+                - frozenset(CORRUPTION_KINDS))
 
     def unsupported_reason(self, kind: str) -> str:
         if kind in CLOCK_KINDS:
@@ -198,6 +199,9 @@ class ComposeCluster(ContainerNodes, StatefulCluster):
         if kind in DISK_KINDS:
             return (f"disk fault {kind!r} needs the local backend (log directories on diskfs); a compose "
                     f"cluster's volumes belong to the Docker engine")
+        if kind in CORRUPTION_KINDS:
+            return (f"fault {kind!r} needs the local backend (it corrupts files of the nodes' log directories on this "
+                    f"host); a compose cluster's log directories are volumes inside the Docker engine")
         return f"fault {kind!r} is not supported on compose cluster {self.name}"
 
     def disk_state(self, node_id: int) -> str:

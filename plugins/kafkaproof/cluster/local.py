@@ -84,6 +84,11 @@ class LocalCluster(StatefulCluster, DiskFleet):
         return (f"network fault {kind!r} needs nodes in network namespaces (run as root); "
                 f"this cluster runs on loopback")
 
+    def log_dir(self, node_id: int) -> Path:
+        """The node's log directory (`log.dirs`; with disk faults on, its diskfs mount), where `file_corrupt`
+        acts."""
+        return self.node_dir(node_id) / "data"
+
     # --- lifecycle ------------------------------------------------------------
     @classmethod
     def up(cls, config: ClusterConfig) -> "LocalCluster":

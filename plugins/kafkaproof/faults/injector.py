@@ -156,7 +156,7 @@ class FaultInjector:
                   {"effect": done.effect, **({"annotations": dict(annotations)} if annotations else {})})
         log.info("fault %s: %s on %s -> nodes %s %s", fault_id, spec.kind, spec.resolved_target or "-", nodes,
                  params or "")
-        if handler.heals_at_once(spec.kind):  # done when injected: its window ends now
+        if done.over or handler.heals_at_once(spec.kind):  # done when injected: its window ends now
             self.heal(fault_id)
         return fault
 

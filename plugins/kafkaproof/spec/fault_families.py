@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import FaultError
+from .corruption import check_corruption_params
 
 Params = Mapping[str, tuple[Any, bool]]  # parameter name -> (type or types, required)
 # A family's value checks past the parameters' types: (kind, params, where) -> None, or FaultError.
@@ -241,6 +242,17 @@ LOG_DIR = FamilySpec(
     effect_fields=("log_dir", "offline_before"), heal_fields=("disk_fired", "log_dir_offline"),
     undo=("disk_rules", "restart"), needs="disk", default_target="leader:0",
     colors={"log_dir_failure": "#7f7f7f"})
+# Files of a node's log directory (segments, indexes, checkpoints, the KRaft metadata log and snapshots) with
+# bits flipped or cut short (spec/corruption.py, cluster/corrupt.py; docs/corruption.md). Nothing heals the data:
+# that is the point; a node corrupted while stopped (`when: stopped`) is started at the heal.
+CORRUPTION = FamilySpec(
+    "corruption",
+    {"file_corrupt": {"file": (str, True), "mode": (str, True), "segment": (str, False),
+                      "partition": ((int, str), False),
+                      "probability": (_NUM, False), "range_bytes": (int, False), "fraction": (_NUM, False),
+                      "when": (str, False), "seed": (int, False), "allow_majority": (bool, False)}},
+    effect_fields=("corrupted", "node_states"), undo=("restart",),
+    check=lambda kind, params, where: check_corruption_params(params, where), colors={"file_corrupt": "#7f2704"})
 # A consumer process of the run (target `consumer:<i>`) killed, stopped or paused; the run starts it again
 # at heal, a killed or stopped one with `params.config` over `consumers.config` when given (an online
 # migration of the group protocol, spec.group_protocol). Injected by the run (it owns the consumer
@@ -276,8 +288,8 @@ APP = FamilySpec(
     colors={"kill": "#a50f15", "stop": "#c51b8a", "pause": "#6a51a3", "restart": "#636363"})
 
 # The registry, in the order kinds are listed (CLI, schema, random draws).
-FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (PROCESS, NETWORK, PROXY, ROLLING, CLOCK, DISK, LOG_DIR, CONSUMER,
-                                                        APP)}
+FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (PROCESS, NETWORK, PROXY, ROLLING, CLOCK, DISK, LOG_DIR,
+                                                        CORRUPTION, CONSUMER, APP)}
 # The families injected on cluster nodes (the others have a target prefix of their own).
 NODE_FAMILIES = tuple(f for f in FAMILIES.values() if not f.target_prefix)
 

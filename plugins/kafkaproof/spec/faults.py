@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import FaultError
-from .fault_families import (CLOCK, DISK, DISK_ERRNOS, DISK_OPS, MAX_CLOCK_OFFSET_S, MAX_DISK_LATENCY_MS,  # noqa: F401
-                             NETWORK, NODE_FAMILIES, PARTITION_SHAPES, PROCESS, PROXY, PROXY_DEFAULT_API, ROLLING,
+from .fault_families import (CLOCK, CORRUPTION, DISK, DISK_ERRNOS, DISK_OPS, MAX_CLOCK_OFFSET_S,  # noqa: F401
+                             MAX_DISK_LATENCY_MS, NETWORK, NODE_FAMILIES, PARTITION_SHAPES, PROCESS, PROXY, PROXY_DEFAULT_API, ROLLING,
                              TARGET_FORMS, TARGET_RE, check_disk_params, family_of)
 
 # The kinds of each family, as the registry (spec/fault_families.py) lists them; named here for their readers.
@@ -23,6 +23,7 @@ PROXY_KINDS = tuple(PROXY.kinds)
 ROLLING_KINDS = tuple(ROLLING.kinds)
 CLOCK_KINDS = tuple(CLOCK.kinds)
 DISK_KINDS = tuple(DISK.kinds)
+CORRUPTION_KINDS = tuple(CORRUPTION.kinds)
 # Every kind injected on cluster nodes (consumer faults are the run's: spec.scenario).
 FAULT_KINDS = tuple(k for f in NODE_FAMILIES for k in f.kinds)
 ROLLING_STEP_KINDS = ROLLING.steps

@@ -24,8 +24,9 @@ from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
 from . import attach as attach_spec, jbod, pipeline_ledger, random_faults, together, triggers
 from .fault_families import CONSUMER, family_of, kinds_needing
+from .corruption import scenario_majority_problem
 from .group_protocol import check_group_protocol
-from .faults import FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
+from .faults import CORRUPTION_KINDS, FAULT_KINDS, PROXY_KINDS, ROLLING_KINDS, FaultSpec
 from .versions import DEFAULT_KAFKA_VERSION, check_version
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
@@ -608,6 +609,8 @@ def _check_semantics(data: dict, source: str) -> None:
             fail(f"{where}.target", f"broker {target[7:]} does not exist; brokers are 1..{brokers}")
         if f["kind"] in ROLLING_KINDS:
             _check_rolling(f, where, data, fail)
+        if f["kind"] in CORRUPTION_KINDS and (problem := scenario_majority_problem(f, brokers, controllers, topic)):
+            fail(f"{where}.params.allow_majority", problem)
         if f["kind"] in PROXY_KINDS:
             named = [int(x) for x in target.split(":", 1)[1].split(",")] if target.startswith(("node:", "nodes:")) else []
             if any(n > brokers for n in named) or (target == "controller" and controllers):

@@ -1,9 +1,8 @@
 """The fault families' handlers, registered in one place against the registry of `spec.fault_families`.
 
-One module per family (process, network, proxy, rolling, clock, disk, log_dir, consumer,
-app), each a handler that owns
-its kinds' checks past the spec's, inject, heal and "took effect" evidence (the `effect` record and the heal
-record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
+One module per family (process, network, proxy, rolling, clock, disk, log_dir, corruption, consumer,
+app), each a handler that owns its kinds' checks past the spec's, inject, heal and "took effect" evidence
+(the `effect` record and the heal record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
 the consumer and app handlers (it owns the consumer processes and the application's services). README
 "Development" says how to add a family.
 """
@@ -14,6 +13,7 @@ from .app import AppHandler
 from .base import FaultHandler, Injection
 from .clock import ClockHandler
 from .consumer import ConsumerHandler
+from .corruption import CorruptionHandler
 from .disk import DiskHandler
 from .log_dir import LogDirHandler
 from .network import NetworkHandler
@@ -25,7 +25,7 @@ from .rolling import RollingHandler
 # ConsumerHandler, AppHandler).
 HANDLERS: dict[str, FaultHandler] = {h.family.name: h for h in (
     ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler(),
-    LogDirHandler())}
+    LogDirHandler(), CorruptionHandler())}
 
 
 def handler_for(kind: str) -> FaultHandler:

@@ -27,6 +27,7 @@ class Injection:
     nodes: list[int] | None = None  # the nodes it acted on, when not those its target resolved to
     params: dict[str, Any] = field(default_factory=dict)  # recorded beside the spec's (e.g. resolved_groups)
     rule: dict[str, Any] | None = None  # the rule it installed (proxy faults)
+    over: bool = False  # over once injected, whatever its kind (a corruption of a running node)
 
 
 class FaultHandler:

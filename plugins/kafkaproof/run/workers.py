@@ -109,6 +109,7 @@ class Workers:
         self.producers: dict[int, subprocess.Popen] = {}
         self.consumers: dict[int, subprocess.Popen] = {}
         self.incarnations: dict[int, int] = {}
+        self.readers: dict[int, subprocess.Popen] = {}  # an exactly-once pipeline's downstream readers
         self.consumer_spec: dict = {}
 
     def _spawn(self, role: str, spec: dict, name: str) -> subprocess.Popen:
@@ -140,9 +141,19 @@ class Workers:
     def start_consumer(self, index: int, spec: dict) -> None:
         inc = self.incarnations.get(index, -1) + 1
         self.incarnations[index] = inc
-        self.consumers[index] = self._spawn("consumer", {**self.base, **spec, "index": index, "incarnation": inc},
+        # an exactly-once pipeline's copier takes a consumer's place (spec `role`: copier, run/copier.py)
+        self.consumers[index] = self._spawn(spec.get("role", "consumer"),
+                                            {**self.base, **spec, "index": index, "incarnation": inc},
                                             f"consumer-{index}-{inc}")
         self.consumer_spec = spec
+
+    def start_reader(self, index: int, spec: dict) -> None:
+        """A downstream reader of an exactly-once pipeline's output (run/copier.py)."""
+        self.readers[index] = self._spawn("reader", {**self.base, **spec, "index": index}, f"reader-{index}")
+
+    def stop_readers(self, timeout_s: float = 20.0) -> None:
+        _terminate(self.readers.values())
+        _wait_all(self.readers.values(), timeout_s)
 
     def signal_consumer(self, index: int, sig: int) -> int:
         proc = self.consumers[index]
@@ -171,7 +182,7 @@ class Workers:
         _wait_all(self.consumers.values(), timeout_s)
 
     def kill_all(self) -> None:
-        procs_ = list(self.producers.values()) + list(self.consumers.values())
+        procs_ = [*self.producers.values(), *self.consumers.values(), *self.readers.values()]
         _terminate(procs_)
         _wait_all(procs_, 10.0)
         procs.unregister(self.owner)

@@ -225,13 +225,18 @@ def run_copier(spec: dict[str, Any]) -> int:
         s.close()
     event("exit")
     events.close()
+    _finish(consumer, progress, counts, KafkaException)
+    return exit_code
+
+
+def _finish(consumer, progress: Path, counts: dict[str, Any], kafka_exception: type) -> None:
+    """Leave the group (best effort: the cluster may be gone) and mark the progress file done."""
     try:
         consumer.close()
-    except KafkaException:
+    except kafka_exception:
         pass
     counts["done"] = True
     w.write_progress(progress, counts)
-    return exit_code
 
 
 def _commit(producer, kafka_exception: type) -> str:
@@ -291,12 +296,7 @@ def run_reader(spec: dict[str, Any]) -> int:
             w.write_progress(progress, counts)
             last = time.monotonic()
     rows.close()
-    try:
-        consumer.close()
-    except KafkaException:
-        pass
-    counts["done"] = True
-    w.write_progress(progress, counts)
+    _finish(consumer, progress, counts, KafkaException)
     return 0
 
 

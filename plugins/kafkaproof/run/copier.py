@@ -209,7 +209,7 @@ def run_copier(spec: dict[str, Any]) -> int:
             err = e.args[0]
             counts["errors"][err.name()] = counts["errors"].get(err.name(), 0) + 1
             print(f"transaction {txn}: {err}", file=sys.stderr, flush=True)
-            if err.txn_requires_abort():
+            if err.txn_requires_abort() or err.retriable():  # e.g. a coordinator moved: abort, copy again
                 outcome = _abort(producer, KafkaException)
                 rewind(batch)
             else:  # fenced, or fatal: this incarnation is done; its transaction's fate is the broker's

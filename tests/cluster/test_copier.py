@@ -30,10 +30,10 @@ def scenario_file(tmp_path: Path) -> Path:
            "topic": {"partitions": 2, "replication_factor": 3, "config": {"min.insync.replicas": 2}},
            "producers": {"rate": 300, "messages": 2000, "start_after_s": 1,
                          "config": {"acks": "all", "enable.idempotence": True}},
-           "consumers": {"processing_ms": 100, "config": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}},
-           "pipeline": {"copiers": 2, "batch_size": 40, "abort_probability": 0.3},
+           "consumers": {"processing_ms": 300, "config": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}},
+           "pipeline": {"copiers": 2, "batch_size": 100, "abort_probability": 0.3},
            "faults": [{"at": 3, "kind": "kill", "target": "consumer:0", "duration": 2,
-                       "after": {"event": "consumer_commit", "consumer": 0, "delay_s": 0.05}}]}
+                       "after": {"event": "consumer_commit", "consumer": 0, "delay_s": 0.1}}]}
     path = tmp_path / "t-copier.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

@@ -40,6 +40,7 @@ from ..spec.application import check_application_host
 from ..spec.fault_families import family_of
 from .app_containers import ContainerFleet, ContainerPlan, container_target, plan_containers
 from .app_run import AppRun
+from .copier_run import PipelineRun, copier_spec, reader_spec
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .resolved import ResolvedScenario
@@ -134,6 +135,9 @@ class ScenarioRun:
         self.node_log_start: dict[int, int] = {}  # where this run's lines begin in each node's server.log
         self.app_plan: ContainerPlan | None = None  # the container services and their images
         self.app: AppRun | None = None  # the application under test (issue 39), once its section is checked
+        # an exactly-once pipeline's copiers (issue 43): they run in the consumers' places
+        self.pipeline = (PipelineRun(self.scenario.data["pipeline"], self.scenario.topic, self.work)
+                         if self.scenario.data.get("pipeline") else None)
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
             "run_id": self.run_id, "scenario": self.scenario.data, "scenario_name": self.scenario.name,
@@ -254,6 +258,9 @@ class ScenarioRun:
                 self.cluster.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
                 self.cluster.wait_in_sync(t["name"])
                 self.manifest["topic_description"] = self.cluster.describe_topic(t["name"])
+        if self.pipeline:
+            with self.phase("create_output_topic"):
+                self.pipeline.create_output_topic(self.cluster, t["replication_factor"], t["config"])
 
     def _check_images(self) -> None:
         """The application's container images, checked (the example's built) before the cluster starts."""
@@ -341,6 +348,8 @@ class ScenarioRun:
         consumer_spec.update(client=cons.get("client", "librdkafka"), client_version=cons.get("client_version", version))
         if cons["mode"] == "assign":
             consumer_spec["partitions"] = list(range(data["topic"]["partitions"]))
+        if self.pipeline:
+            consumer_spec = copier_spec(consumer_spec, self.pipeline.section)
         producer_spec = {k: prod[k] for k in ("rate", "value_size", "keys", "config") if k in prod}
         producer_spec.update({k: prod[k] for k in ("messages", "duration_s", "transactions") if k in prod})
         producer_spec["bootstrap"] = self._producer_bootstrap()
@@ -352,6 +361,8 @@ class ScenarioRun:
 
         with self.phase("workload"):
             self._await_fault_tasks()
+            if self.pipeline:
+                workers.start_reader(0, reader_spec(self.pipeline.section, self.run_id))
             for i in range(0 if app else cons["count"]):
                 workers.start_consumer(i, consumer_spec)
             t0 = time.monotonic()
@@ -396,6 +407,10 @@ class ScenarioRun:
             self._wait_consumers_settle(workers, deadline)
             self._record_group(workers)
             workers.stop_consumers()
+            if self.pipeline:  # the downstream reader catches up with the last transactions' outputs
+                self.pipeline.wait_reader(self.direct_bootstrap, self.cluster.direct_client_config(),
+                                          min(deadline, time.monotonic() + data["drain"]["timeout_s"]))
+                workers.stop_readers()
             if app:
                 app.settle(data["drain"]["settle_s"], min(deadline, time.monotonic() + data["drain"]["timeout_s"]))
         with self.phase("drain"):
@@ -414,6 +429,9 @@ class ScenarioRun:
                                     self.cluster.direct_client_config())
                 self.audit_rows += rows
                 self.audit_marks[iso] = {str(p): m for p, m in marks.items()}
+            if self.pipeline:
+                self.pipeline.drain_output(self.direct_bootstrap, data["drain"]["timeout_s"],
+                                           self.cluster.direct_client_config(), self.cluster.admin(), cons["group"])
         sampler.stop()
 
     def _start_application(self, stack: contextlib.ExitStack) -> AppRun | None:
@@ -554,5 +572,7 @@ class ScenarioRun:
                                                   (self.manifest.get("topic_description") or {}).get("topic_id"),
                                                   sends=app.sends() if app else None,
                                                   reads=self.app_reads if app else None)
+        if self.pipeline:
+            self.manifest["pipeline"] = {**self.pipeline.summary, "counts": self.pipeline.write_ledger(self.run_dir)}
 
 

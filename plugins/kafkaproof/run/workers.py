@@ -110,6 +110,7 @@ class Workers:
         self.producers: dict[int, subprocess.Popen] = {}
         self.consumers: dict[int, subprocess.Popen] = {}
         self.incarnations: dict[int, int] = {}
+        self.readers: dict[int, subprocess.Popen] = {}  # an exactly-once pipeline's downstream readers
         self.consumer_specs: dict[int, dict] = {}  # what each consumer is started with (again) next
         self.started: list[dict[str, Any]] = []  # each consumer incarnation's group protocol (the manifest's)
 
@@ -146,8 +147,10 @@ class Workers:
         self.incarnations[index] = inc
         self.consumer_specs[index] = spec
         config = {"client.id": f"kp-consumer-{index}-{inc}", **(spec.get("config") or {})}
-        self.consumers[index] = self._spawn("consumer", {**self.base, **spec, "config": config, "index": index,
-                                                         "incarnation": inc}, f"consumer-{index}-{inc}")
+        # an exactly-once pipeline's copier takes a consumer's place (spec `role`: copier, run/copier.py)
+        self.consumers[index] = self._spawn(spec.get("role", "consumer"),
+                                            {**self.base, **spec, "config": config, "index": index,
+                                             "incarnation": inc}, f"consumer-{index}-{inc}")
         self.started.append({"consumer": index, "incarnation": inc, "group_protocol": protocol_of(config)})
 
     def reconfigure_consumer(self, index: int, config: Mapping[str, Any]) -> None:
@@ -155,6 +158,14 @@ class Workers:
         removed)."""
         spec = self.consumer_specs[index]
         self.consumer_specs[index] = {**spec, "config": restart_config(spec.get("config") or {}, config)}
+
+    def start_reader(self, index: int, spec: dict) -> None:
+        """A downstream reader of an exactly-once pipeline's output (run/copier.py)."""
+        self.readers[index] = self._spawn("reader", {**self.base, **spec, "index": index}, f"reader-{index}")
+
+    def stop_readers(self, timeout_s: float = 20.0) -> None:
+        _terminate(self.readers.values())
+        _wait_all(self.readers.values(), timeout_s)
 
     def signal_consumer(self, index: int, sig: int) -> int:
         proc = self.consumers[index]
@@ -183,7 +194,7 @@ class Workers:
         _wait_all(self.consumers.values(), timeout_s)
 
     def kill_all(self) -> None:
-        procs_ = list(self.producers.values()) + list(self.consumers.values())
+        procs_ = [*self.producers.values(), *self.consumers.values(), *self.readers.values()]
         _terminate(procs_)
         _wait_all(procs_, 10.0)
         procs.unregister(self.owner)

@@ -641,10 +641,13 @@ def run_consumer(spec: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
-    if len(argv) != 2 or argv[0] not in ("producer", "consumer"):
-        print("usage: python -m kafkaproof.run.workload producer|consumer SPEC.json", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("producer", "consumer", "copier", "reader"):
+        print("usage: python -m kafkaproof.run.workload producer|consumer|copier|reader SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[1]).read_text())
+    if argv[0] in ("copier", "reader"):  # an exactly-once pipeline's (run/copier.py)
+        from .copier import run_copier, run_reader
+        return run_copier(spec) if argv[0] == "copier" else run_reader(spec)
     return run_producer(spec) if argv[0] == "producer" else run_consumer(spec)
 
 

@@ -22,7 +22,7 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import attach as attach_spec, jbod, pipeline_ledger, random_faults, together, triggers
+from . import attach as attach_spec, copier, jbod, pipeline_ledger, random_faults, together, triggers
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .corruption import scenario_majority_problem
 from .group_protocol import check_group_protocol
@@ -142,6 +142,7 @@ SCHEMA: dict[str, Any] = {
                                                                          "while still queued, so they are never sent"}}},
             }},
         "application": app_section.SCHEMA,
+        "pipeline": copier.SCHEMA,
         "consumers": {
             "type": "object", "additionalProperties": False,
             "properties": {
@@ -504,14 +505,14 @@ def validate_document(doc: Any, source: str, base_dir: Path | None = None) -> di
     if "duration_s" in given_producers and "messages" not in given_producers:
         data["producers"].pop("messages")  # a duration replaces the default message count
     data["topic"].setdefault("name", f"kp-{data['name']}")
-    _check_semantics(data, source)
+    _check_semantics(data, source, doc.get("consumers") or {})
     if data.get("application"):
         where = f"{source}: application"
         check_application_host(parse_application(data["application"], where, base_dir), where)
     return data
 
 
-def _check_semantics(data: dict, source: str) -> None:
+def _check_semantics(data: dict, source: str, given_consumers: dict | None = None) -> None:
     def fail(field: str, message: str) -> None:
         raise ScenarioError(f"{source}: {field}: {message}")
 
@@ -557,6 +558,7 @@ def _check_semantics(data: dict, source: str) -> None:
         fail("producers.config.acks", str(e))
     application = parse_application(data["application"], f"{source}: application", None) \
         if data.get("application") else None
+    copier.check_pipeline(data, given_consumers or {}, fail)
     cons = data["consumers"]
     if cons["count"] and cons["mode"] == "subscribe":
         cons.setdefault("group", f"kp-{data['name']}")
@@ -773,6 +775,8 @@ def load_catalog(directory: str | Path, tag: str | None = None) -> list[Scenario
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ScenarioError(f"{directory}: scenario names must be unique; repeated: {', '.join(dupes)}")
+    if clashes := copier.prefix_clashes((s.name, s.data) for s in scenarios):
+        raise ScenarioError(f"{directory}: " + "; ".join(clashes))
     return [s for s in scenarios if tag is None or tag in s.data["tags"]]
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from kafkaproof.spec.ledger import TABLES, make_value_id, write_manifest, write_table
 from kafkaproof.spec.pipeline_ledger import PIPELINE_TABLES
+from kafkaproof.spec.share_ledger import SHARE_TABLES
 
 T0_NS = 5_000_000_000_000  # monotonic origin of every golden run
 WALL0_NS = 1_790_000_000_000_000_000
@@ -40,9 +41,10 @@ class Golden:
     consumers: list[dict[str, Any]] = field(default_factory=list)
     claims: dict[str, Any] = field(default_factory=dict)         # scenario claims (e.g. delivery)
     exercised: list[dict[str, Any]] = field(default_factory=list)  # scenario exercised conditions
-    # The pipeline's tables only once a transaction is recorded (`copy`): a run without them is not applicable.
+    # The pipeline's (share group's) tables only once a transaction (a delivery) is recorded: a run without them
+    # is not applicable.
     rows: dict[str, list[dict[str, Any]]] = field(
-        default_factory=lambda: {t: [] for t in TABLES if t not in PIPELINE_TABLES})
+        default_factory=lambda: {t: [] for t in TABLES if t not in PIPELINE_TABLES and t not in SHARE_TABLES})
     partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
     analysis_from: str | None = None  # same ledger as that golden: reuse its analysis (only the manifest differs)
     causes: dict[int, str | None] = field(default_factory=dict)  # value id -> cause_fault_id of its anomaly rows

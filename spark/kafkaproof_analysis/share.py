@@ -26,8 +26,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .base import NS_PER_MS
-from .columns import count_if
-from .schemas import ANOMALIES_SCHEMA, SHARE_TABLES
+from .columns import as_anomalies as _as_anomalies, count_if
+from .schemas import SHARE_TABLES
 
 # Kafka's defaults: group.share.delivery.count.limit, group.share.record.lock.duration.ms (spec/share_ledger.py).
 DEFAULT_DELIVERY_LIMIT = 5
@@ -60,13 +60,6 @@ def share_metrics_base(missing: list[str], manifest: Mapping[str, Any]) -> dict[
         return {"applicable": True, "missing_tables": [], "reason": None, **base}
     return {"applicable": False, "missing_tables": list(missing),
             "reason": f"no share ledger ({', '.join(f'{t}.parquet' for t in missing)} missing)", **base}
-
-
-def _as_anomalies(df: DataFrame) -> DataFrame:
-    """`df`'s columns named as anomaly columns, in anomalies.parquet's order; the others null."""
-    df = df.withColumn("producer", F.when(F.col("value_id") >= 0, F.shiftright("value_id", 32)))
-    return df.select(*[(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-                       for f in ANOMALIES_SCHEMA.fields])
 
 
 def deliveries_with_acks(deliveries: DataFrame, acks: DataFrame, lock_ms: int) -> DataFrame:

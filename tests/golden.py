@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from kafkaproof.spec.ledger import TABLES, make_value_id, write_manifest, write_table
 from kafkaproof.spec.pipeline_ledger import PIPELINE_TABLES
+from kafkaproof.spec.share_ledger import SHARE_TABLES
 
 T0_NS = 5_000_000_000_000  # monotonic origin of every golden run
 WALL0_NS = 1_790_000_000_000_000_000
@@ -40,13 +41,15 @@ class Golden:
     consumers: list[dict[str, Any]] = field(default_factory=list)
     claims: dict[str, Any] = field(default_factory=dict)         # scenario claims (e.g. delivery)
     exercised: list[dict[str, Any]] = field(default_factory=list)  # scenario exercised conditions
-    # The pipeline's tables only once a transaction is recorded (`copy`): a run without them is not applicable.
+    # The pipeline's (share group's) tables only once a transaction (a delivery) is recorded: a run without them
+    # is not applicable.
     rows: dict[str, list[dict[str, Any]]] = field(
-        default_factory=lambda: {t: [] for t in TABLES if t not in PIPELINE_TABLES})
+        default_factory=lambda: {t: [] for t in TABLES if t not in PIPELINE_TABLES and t not in SHARE_TABLES})
     partition_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
     analysis_from: str | None = None  # same ledger as that golden: reuse its analysis (only the manifest differs)
     causes: dict[int, str | None] = field(default_factory=dict)  # value id -> cause_fault_id of its anomaly rows
     application: dict[str, Any] | None = None  # the manifest's `application` (an application run, issue 39)
+    share: dict[str, Any] | None = None  # the scenario's `share` section (a share-group run, issue 46)
     _next_offset: dict[int, int] = field(default_factory=dict)
     _next_output: dict[int, int] = field(default_factory=dict)
     _poll: dict[int, int] = field(default_factory=dict)
@@ -224,7 +227,7 @@ class Golden:
             "topic": "t",
             "scenario": {"name": self.name, "guarantee": self.guarantee, "expect": self.expect,
                          "producers": self.producers, "consumers": self.consumers, "claims": self.claims,
-                         "exercised": self.exercised},
+                         "exercised": self.exercised, **({"share": self.share} if self.share else {})},
             "clients": clients,
             "clock": {"monotonic_origin_ns": T0_NS, "wall_origin_ns": WALL0_NS},
             "audit": {"partitions": parts},
@@ -1070,6 +1073,11 @@ def needs_analysis(goldens: dict[str, Golden]) -> list[str]:
     """Goldens whose ledger is their own (the others reuse the analysis of `analysis_from`)."""
     return [name for name, g in goldens.items() if g.analysis_from is None]
 
+
+# Issue 46: the share-group goldens (tests/golden_share.py: this file is long enough).
+from golden_share import SHARE_GOLDENS  # noqa: E402 - it builds on Golden above
+
+GOLDENS.update(SHARE_GOLDENS)
 
 # Issue 36.6.
 GOLDENS[reset_in_flight_attribution.__name__] = reset_in_flight_attribution

@@ -202,7 +202,10 @@ KIND_CLASSES = {"lost": "hard", "lost_unconfirmed": "soft", "unseen": "incomplet
                 "reordering": "soft", "poll_skips": "soft", "poll_rewinds": "soft", "poll_inversion": "hard",
                 "unknown_values": "hard", "undelivered_attempts": "soft", "reprocessed": "soft",
                 "eos_lost": "soft", "eos_duplicated": "soft", "eos_aborted_read": "soft", "precommitted_read": "soft",
-                "offsets_outputs_disagree": "soft", "hanging_transaction": "soft", "eos_dirty_read": "info"}
+                "offsets_outputs_disagree": "soft", "hanging_transaction": "soft", "eos_dirty_read": "info",
+                **{k: "soft" for k in ("share_accepted_twice", "share_undelivered", "share_not_returned",
+                                       "share_rejected_returned", "share_concurrent_acquisition",
+                                       "share_delivery_count", "share_past_limit")}}
 
 
 def metrics(anomalies: list[dict]) -> dict:

@@ -6,7 +6,7 @@ base (vocabulary, units, locations; no pyspark) → families (the fault families
 kafkaproof's registry: the zip's generated family_registry; no pyspark) → schemas (the ledger's Spark
 schemas) → columns (column helpers) → context (manifest reading) → store (files through Hadoop's
 FileSystem API) → values → causes → offsets → polls → pipeline
-(an exactly-once copier's checks) → latency → exercised → metrics → job (one run's
+(an exactly-once copier's checks) → share (a share group's checks, KIP-932) → latency → exercised → metrics → job (one run's
 analysis, the session, `main`). Standalone on purpose: pyspark and the standard library only; `kafkaproof`
 only in families' fallback, run from the source tree without the zip.
 """

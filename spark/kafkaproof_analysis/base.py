@@ -39,6 +39,13 @@ KINDS: tuple[str, ...] = (
     "offsets_outputs_disagree",
     "hanging_transaction",
     "eos_dirty_read",
+    "share_accepted_twice",
+    "share_undelivered",
+    "share_not_returned",
+    "share_rejected_returned",
+    "share_concurrent_acquisition",
+    "share_delivery_count",
+    "share_past_limit",
 )
 
 # Value-level kinds: the values.parquet flag column that marks each.

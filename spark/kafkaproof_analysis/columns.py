@@ -7,6 +7,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from .base import NS_PER_S
+from .schemas import ANOMALIES_SCHEMA
 
 
 def _sql_literal(v: Any) -> str:
@@ -54,3 +55,10 @@ def active_fault_ids(faults: Sequence[Mapping[str, Any]], start: Column, end: Co
 def small_side(df: DataFrame, broadcast_limit: int) -> DataFrame:
     """`df` marked for a broadcast join when it has at most `broadcast_limit` rows (it is counted)."""
     return F.broadcast(df) if df.count() <= broadcast_limit else df
+
+
+def as_anomalies(df: DataFrame) -> DataFrame:
+    """`df`'s columns named as anomaly columns, in anomalies.parquet's order; the others null."""
+    df = df.withColumn("producer", F.when(F.col("value_id") >= 0, F.shiftright("value_id", 32)))
+    return df.select(*[(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                       for f in ANOMALIES_SCHEMA.fields])

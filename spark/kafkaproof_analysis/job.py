@@ -28,7 +28,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from .base import ANALYSIS_DIR, ANALYSIS_VERSION, KINDS, NS_PER_S, AnalysisInputError, location, location_name
-from .schemas import PIPELINE_TABLES, SCHEMAS, TIMESERIES_SCHEMA
+from .schemas import PIPELINE_TABLES, SCHEMAS, SHARE_TABLES, TIMESERIES_SCHEMA
 from .columns import active_fault_ids
 from .context import build_context
 from .store import RunStore, load_table, read_manifest, write_parquet
@@ -38,6 +38,7 @@ from .causes import (UNACKNOWLEDGED_WRITE_PHASES, attribute_causes, attribution_
 from .offsets import offset_anomalies
 from .polls import poll_anomalies
 from .pipeline import missing_tables, pipeline_anomalies, pipeline_metrics
+from .share import missing_share_tables, share_anomalies, share_metrics
 from .latency import fault_metrics, latency_metrics, timeseries_rows, unavailability_windows
 from .exercised import CLOCK_FAULT_KINDS, exercise_results, timestamp_regressions
 from .metrics import PhaseClock, aborted_in_log, count_and_examples, outcome_counts, run_bounds
@@ -77,6 +78,9 @@ def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
     pipeline_missing = missing_tables({t: store.exists(f"{run_dir}/{t}.parquet") for t in PIPELINE_TABLES})
     if not pipeline_missing:
         anomalies = anomalies.unionByName(pipeline_anomalies(tables))
+    share_missing = missing_share_tables({t: store.exists(f"{run_dir}/{t}.parquet") for t in SHARE_TABLES})
+    if not share_missing:
+        anomalies = anomalies.unionByName(share_anomalies(tables, ctx.manifest))
     unacked = tables["proxy_events"].filter(F.col("phase").isin(*UNACKNOWLEDGED_WRITE_PHASES))
     writes = unacknowledged_writes([r.asDict() for r in unacked.collect()], ctx.topic)
     anomalies = attribute_causes(spark, anomalies, writes)
@@ -145,6 +149,7 @@ def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
         "timestamps": (timestamp_regressions(audit) if any(f["kind"] in CLOCK_FAULT_KINDS for f in faults)
                        else None),
         "pipeline": pipeline_metrics(tables, pipeline_missing),
+        "share": share_metrics(tables, share_missing, ctx.manifest),
         "claims": {**({} if ctx.delivery_within_s is None else {"delivery": {
             "within_s": ctx.delivery_within_s, "undelivered": counts["undelivered_attempts"],
             "last_heal_s": None if last_heal_ns is None else (last_heal_ns - t0) / NS_PER_S,

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .columns import count_if
-from .schemas import ANOMALIES_SCHEMA, PIPELINE_TABLES
+from .columns import as_anomalies as _as_anomalies, count_if
+from .schemas import PIPELINE_TABLES
 
 TXN_FIELDS = ("txn", "transactional_id", "copier", "producer_id", "epoch", "outcome", "begin_ns", "commit_ns",
               "end_ns")
@@ -31,13 +31,6 @@ def pipeline_metrics_base(missing: list[str]) -> dict[str, Any]:
         return {"applicable": True, "missing_tables": [], "reason": None}
     return {"applicable": False, "missing_tables": list(missing),
             "reason": f"no pipeline ledger ({', '.join(f'{t}.parquet' for t in missing)} missing)"}
-
-
-def _as_anomalies(df: DataFrame) -> DataFrame:
-    """`df`'s columns named as anomaly columns, in anomalies.parquet's order; the others null."""
-    df = df.withColumn("producer", F.when(F.col("value_id") >= 0, F.shiftright("value_id", 32)))
-    return df.select(*[(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-                       for f in ANOMALIES_SCHEMA.fields])
 
 
 def _ids(col: str) -> Column:

@@ -69,9 +69,23 @@ SCHEMAS: dict[str, T.StructType] = {
         ("partition", _I32), ("offset", _I64), ("value_id", _I64), ("txn", _I64), ("committed", _BOOL),
     ),
     "pipeline_partitions": _schema(("partition", _I32), ("txn", _I64), ("committed_offset", _I64)),
+    # A share group's (spec/share_ledger.py); a run has all three or none (share.py).
+    "share_deliveries": _schema(
+        ("delivery_id", _I64), ("consumer", _I32), ("consumer_pid", _I32), ("partition", _I32), ("offset", _I64),
+        ("value_id", _I64), ("delivery_count", _I32), ("acquired_ns", _I64),
+    ),
+    "share_acks": _schema(
+        ("delivery_id", _I64), ("consumer", _I32), ("consumer_pid", _I32), ("partition", _I32), ("offset", _I64),
+        ("type", _STR), ("ack_ns", _I64), ("success", _BOOL), ("error", _STR),
+    ),
+    "share_members": _schema(
+        ("consumer", _I32), ("consumer_pid", _I32), ("group", _STR), ("member_id", _STR), ("event", _STR),
+        ("ts_ns", _I64),
+    ),
 }
 REQUIRED_TABLES = ("sends", "audit")
 PIPELINE_TABLES = ("transactions", "transaction_records", "output_reads", "output_audit", "pipeline_partitions")
+SHARE_TABLES = ("share_deliveries", "share_acks", "share_members")
 
 ANOMALIES_SCHEMA = _schema(
     ("kind", _STR), ("value_id", _I64), ("producer", _I32), ("partition", _I32), ("offset", _I64),

@@ -329,6 +329,29 @@ def test_the_pipeline_claim_names_hanging_transactions_and_is_never_passed_witho
     assert shown.status == "pass" and {r.anomaly for r in shown.rows if r.count} == set(GOLDENS["pipeline_unclaimed"].counts)
 
 
+@pytest.mark.spark
+def test_the_share_claim_counts_outcomes_and_is_never_passed_without_its_ledger(runs):
+    """Issue 46: metrics' `share` section (outcomes per record), the rows' sentences, and the claim without the
+    share ledger."""
+    from golden_share import SHARE_CLEAN_OUTCOMES
+
+    m = metrics_of(runs["share_clean"])["share"]
+    assert m["applicable"] is True and m["outcomes"] == SHARE_CLEAN_OUTCOMES
+    assert (m["delivery_limit"], m["lock_timeout_ms"], m["deliveries"], m["redeliveries"]) == (3, 1000, 14, 5)
+    assert m["acks"] == {"accept": {"ok": 7, "failed": 1}, "release": {"ok": 3, "failed": 0},
+                         "reject": {"ok": 1, "failed": 0}}
+    rows = anomalies_of(runs["share_every_kind"])
+    (held,) = rows[rows["kind"] == "share_concurrent_acquisition"].itertuples()
+    assert "acquired by consumer 1 (delivery 2) 0.500 s before an earlier delivery" in held.detail
+    (past,) = rows[rows["kind"] == "share_past_limit"].itertuples()
+    assert "delivery count 4; the group's limit is 3" in past.detail
+    result = validate(runs["share_not_applicable"], data_docs=False)
+    assert result.status == "error" and result.errors == [
+        "not applicable: claim share_group: no share ledger (share_deliveries.parquet, share_acks.parquet, "
+        "share_members.parquet missing); the run tested nothing it claims"]
+    assert {r.anomaly for r in result.rows if r.not_applicable} == set(policy.forbidden_by_claim["share_group"])
+
+
 # --------------------------------------------------------------------------- spark: on a real cluster
 
 def _table(path: Path):

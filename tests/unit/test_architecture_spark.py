@@ -19,7 +19,7 @@ SPARK = REPO / "spark"
 PACKAGE = SPARK / "kafkaproof_analysis"
 # Lowest first: a module may import only modules before it.
 ORDER = ("base", "families", "schemas", "columns", "context", "store", "values", "causes", "offsets", "polls", "pipeline",
-         "latency",
+         "share", "latency",
          "exercised", "metrics", "job")
 PURE = {"base", "families"}  # no pyspark: the vocabulary and locations, the fault families
 # Generated into the zip only (kafkaproof.analysis.submit): the fault families from kafkaproof's registry.

@@ -16,6 +16,7 @@ from ..spec.group_protocol import protocol_text
 from ..spec.connection import connection_text
 from ..spec.ledger import MANIFEST, SIDE_TABLES, TABLES
 from ..spec.pipeline_ledger import PIPELINE_TABLES
+from ..spec.share_ledger import SHARE_TABLES
 from .data import (DEFAULT_EXAMPLES, REPORT_DIR, RunData, expectation_of, guarantee_of, load_history, load_run, phases,
                    read_json, run_started_wall, run_t0, scenario_name, scenario_of)
 from .kit import (VERDICT_COLORS, Markup, badge, bullets, esc, fmt_int, fmt_ms, fmt_num, fmt_t, fmt_value_id,
@@ -413,8 +414,8 @@ def section_links(v: RunView) -> Markup:
     items = []
     for name in (MANIFEST, *[f"{t}.parquet" for t in TABLES]):
         p = rd / name
-        if name.split(".")[0] in PIPELINE_TABLES and not p.exists():
-            continue  # not a pipeline run: nothing missing
+        if name.split(".")[0] in (*PIPELINE_TABLES, *SHARE_TABLES) and not p.exists():
+            continue  # not a pipeline (share-group) run: nothing missing
         extra = f" ({fmt_int(counts.get(name.split('.')[0]))} rows)" if counts.get(name.split(".")[0]) is not None else ""
         items.append(link(rel_href(p, here), name) + esc(extra) if p.exists() else esc(f"{name} (missing)"))
     for name in (f"{t}.parquet" for t in SIDE_TABLES):  # beside the analysis' inputs, when the run has them

@@ -107,6 +107,27 @@ VOCABULARY: tuple[AnomalyKind, ...] = (
     AnomalyKind("eos_dirty_read", None,
                 "A read_uncommitted reader of the output saw a record of an aborted transaction once (expected).",
                 "Read_uncommitted readers of the output saw records of aborted transactions {n} times (expected)."),
+    # A share group's (issue 46, KIP-932): judged by the claim share_group, on the share ledger.
+    AnomalyKind("share_accepted_twice", None,
+                "1 record was accepted more than once across the share group.",
+                "{n} records were accepted more than once across the share group."),
+    AnomalyKind("share_undelivered", None,
+                "1 record in the log was never delivered to the share group.",
+                "{n} records in the log were never delivered to the share group."),
+    AnomalyKind("share_not_returned", None,
+                "1 record released (or whose lock timed out) below the delivery limit never came back.",
+                "{n} records released (or whose locks timed out) below the delivery limit never came back."),
+    AnomalyKind("share_rejected_returned", None,
+                "1 rejected record was delivered again.", "{n} rejected records were delivered again."),
+    AnomalyKind("share_concurrent_acquisition", None,
+                "1 record was held by two share consumers at the same time.",
+                "{n} records were held by two share consumers at the same time."),
+    AnomalyKind("share_delivery_count", None,
+                "1 record was redelivered with a delivery count other than the previous one + 1.",
+                "{n} records were redelivered with delivery counts other than the previous one + 1."),
+    AnomalyKind("share_past_limit", None,
+                "1 record was delivered past the share group's delivery limit instead of being given up.",
+                "{n} records were delivered past the share group's delivery limit instead of being given up."),
 )
 
 BY_NAME: dict[str, AnomalyKind] = {k.name: k for k in VOCABULARY}

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from ..errors import LedgerError
 from ..paths import write_text_atomic
 from .pipeline_ledger import PIPELINE_TABLES
+from .share_ledger import SHARE_TABLES
 
 VALUE_ID_PRODUCER_SHIFT = 32
 PAYLOAD_PREFIX = "kp"
@@ -139,9 +140,10 @@ TABLES: dict[str, pa.Schema] = {
     "cluster_snapshots": CLUSTER_SNAPSHOTS,
     "proxy_events": PROXY_EVENTS,
     **PIPELINE_TABLES,  # an exactly-once pipeline's (spec/pipeline_ledger.py)
+    **SHARE_TABLES,  # a share group's (spec/share_ledger.py)
 }
 # Tables that runs written before they existed lack: read as empty.
-OPTIONAL_TABLES = ("proxy_events", *PIPELINE_TABLES)
+OPTIONAL_TABLES = ("proxy_events", *PIPELINE_TABLES, *SHARE_TABLES)
 
 # What the fault proxies handed the application's consumers in Fetch answers (an application run through
 # proxies, `run/delivered.py`): one row per record handed over, repeats included.

@@ -22,7 +22,8 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import attach as attach_spec, copier, jbod, pipeline_ledger, random_faults, together, triggers
+from . import (attach as attach_spec, copier, jbod, pipeline_ledger, random_faults, share_group, share_ledger, together,
+               triggers)
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .corruption import scenario_majority_problem
 from .group_protocol import check_group_protocol
@@ -101,6 +102,7 @@ SCHEMA: dict[str, Any] = {
                           "description": "compose backend: the Kafka image (default kafkaproof/kafka:<kafka_version>, "
                                          "built locally); any image configured like apache/kafka"},
             }},
+        "share": share_group.SCHEMA,
         "topic": {
             "type": "object", "additionalProperties": False,
             "properties": {
@@ -205,7 +207,8 @@ SCHEMA: dict[str, Any] = {
                     "type": "object", "additionalProperties": False, "properties": {},
                     "description": "no consumer group processes a value more than once (an idempotent consumer), "
                                    "whatever copies the log holds: forbids `reprocessed`"},
-                "exactly_once_pipeline": pipeline_ledger.CLAIM_SCHEMA}},
+                "exactly_once_pipeline": pipeline_ledger.CLAIM_SCHEMA,
+                "share_group": share_ledger.CLAIM_SCHEMA}},
         "exercised": {
             "type": "array",
             "description": "conditions that make the scenario's check meaningful; one not met makes the run an error",
@@ -623,6 +626,7 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
         _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):
         _check_exercise(cond, f"exercised[{i}]", data, fail)
+    share_group.check_share(data, fail)
     if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
     if "processed_once" in (data.get("claims") or {}):

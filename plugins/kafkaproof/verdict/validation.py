@@ -171,16 +171,23 @@ def not_exercised(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 PIPELINE_CLAIM = "exactly_once_pipeline"
+SHARE_CLAIM = "share_group"
+# Claims judged on a ledger of their own: the claim -> metrics' section saying whether the run has it.
+LEDGER_CLAIMS: dict[str, str] = {PIPELINE_CLAIM: "pipeline", SHARE_CLAIM: "share"}
 
 
 def claim_not_applicable(metrics: Mapping[str, Any], claims: Sequence[str], policy: Policy) -> dict[str, str]:
     """Pure: kind -> why the run cannot judge it, for a claim whose data the run lacks: the claim
-    exactly_once_pipeline without the pipeline ledger (metrics' `pipeline.applicable` false or absent)."""
-    pipeline = metrics.get("pipeline") or {}
-    if PIPELINE_CLAIM not in claims or pipeline.get("applicable"):
-        return {}
-    why = pipeline.get("reason") or "the analysis has no pipeline section (analysed before it existed)"
-    return {k: f"claim {PIPELINE_CLAIM}: {why}" for k in sorted(policy.forbidden_by_claim[PIPELINE_CLAIM])}
+    exactly_once_pipeline without the pipeline ledger, share_group without the share ledger (metrics'
+    `pipeline.applicable` / `share.applicable` false or absent)."""
+    out: dict[str, str] = {}
+    for claim, section_name in LEDGER_CLAIMS.items():
+        section = metrics.get(section_name) or {}
+        if claim not in claims or section.get("applicable"):
+            continue
+        why = section.get("reason") or f"the analysis has no {section_name} section (analysed before it existed)"
+        out.update({k: f"claim {claim}: {why}" for k in sorted(policy.forbidden_by_claim[claim])})
+    return out
 
 
 def without_kinds(counts: Mapping[str, int], not_applicable: Mapping[str, str]) -> dict[str, int]:

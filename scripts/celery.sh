@@ -53,7 +53,7 @@ source "$ROOT/scripts/airflow-env.sh"
 export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$conn"
 export AIRFLOW__CELERY__BROKER_URL="redis://127.0.0.1:$REDIS_PORT/0"
-export AIRFLOW__CELERY__RESULT_BACKEND="db+postgresql://kafkaproof@127.0.0.1:$PG_PORT/airflow"
+export AIRFLOW__CELERY__RESULT_BACKEND="db+postgresql+psycopg2://kafkaproof@127.0.0.1:$PG_PORT/airflow"
 export AIRFLOW__CELERY__WORKER_CONCURRENCY="$CONCURRENCY"
 # the task instances' hostname is the kafkaproof host (KAFKAPROOF_HOST), not the machine's one address
 export AIRFLOW__CORE__HOSTNAME_CALLABLE=kafkaproof.paths.this_host

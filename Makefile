@@ -12,7 +12,7 @@ export KAFKAPROOF_RUNS ?= $(CURDIR)/runs
 KAFKA_VERSIONS ?= 4.3.1 3.9.2
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-packages python kafka java docker docker-base test-setup test test-long test-unit test-spark test-cluster test-compose run airflow clean down
+.PHONY: help setup system-packages python kafka java docker docker-base test-setup test test-long test-unit test-spark test-cluster test-compose run airflow clean down celery-setup celery-up celery-down
 
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
@@ -23,6 +23,8 @@ help:
 	@echo "make airflow   Airflow's UI, scheduler and api-server for this checkout (airflow standalone, :8080)"
 	@echo "make docker         set up Docker for the compose backend (engine, images, Compose CLI)"
 	@echo "make test-compose   set up Docker, then run only the compose tests"
+	@echo "make celery-up      a Celery deployment on this machine (Redis, PostgreSQL, Airflow, workers w1 w2; scripts/celery.sh)"
+	@echo "make celery-down    stop it (and the clusters its workers left)"
 
 setup: system-packages python kafka java
 
@@ -69,8 +71,9 @@ test-setup: system-packages
 test: test-setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The tests of variants (marker `long`) that would take `make test` past its 30-min CI budget.
-test-long: test-setup
+# The tests of variants (marker `long`) that would take `make test` past its 30-min CI budget; the Celery
+# test (tests/airflow/test_celery.py) needs celery-setup.
+test-long: test-setup celery-setup
 	$(PY) -m pytest -m long $(PYTEST_ARGS)
 
 test-unit: python
@@ -90,6 +93,21 @@ run: setup
 
 airflow: setup
 	@bash scripts/airflow-standalone.sh
+
+# The Celery executor (issue 42): Debian's redis-server (the broker) and the Celery provider, pinned in
+# constraints.txt; PostgreSQL comes with system-packages. scripts/celery.sh deploys it (CELERY_HOSTS, ports).
+celery-setup: setup
+	@command -v redis-server >/dev/null || { echo "[setup] installing redis-server (Debian)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }; }
+	@$(PY) -c "import airflow.providers.celery, redis" 2>/dev/null || \
+	  $(PY) -m pip install -q -r requirements-celery.txt -c constraints.txt
+
+celery-up: celery-setup
+	@bash scripts/celery.sh up
+
+celery-down:
+	@bash scripts/celery.sh down
 
 down: python
 	$(PY) -m kafkaproof cluster down --all

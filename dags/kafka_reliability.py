@@ -341,7 +341,7 @@ SUITE_PARAMS = {"messages": Param(None, type=["null", "integer"], minimum=1, des
                                      description="run scenarios that ask for the same cluster on one cluster, "
                                                  "each checked clean before it is reused (reports say so)")})
 def kafka_reliability_nightly():
-    suite_tasks(NIGHTLY_SUITE)
+    suite_tasks(NIGHTLY_SUITE, shared_clusters=REUSE_CLUSTERS)
 
 
 @dag(dag_id="kafka_reliability_soak", schedule=scheduled(SOAK_SCHEDULE), start_date=datetime(2026, 1, 1),
@@ -352,13 +352,15 @@ def kafka_reliability_nightly():
             "fails like the nightly DAG.",
      params={**SUITE_PARAMS, "reuse_clusters": Param(False, type="boolean")})
 def kafka_reliability_soak():
-    suite_tasks(SOAK_SUITE)
+    suite_tasks(SOAK_SUITE, shared_clusters=False)
 
 
-def suite_tasks(suite: str) -> None:
+def suite_tasks(suite: str, shared_clusters: bool) -> None:
     """One group per run of the suite's plan, each host's one after another (`batch.place`, `batch.lanes`), then
-    collect → analyze → judge → gate once every group finished."""
-    plan = batch.place(batch.suite_plan(pipeline.suite(suite)), HOSTS)
+    collect → analyze → judge → gate once every group finished. `shared_clusters`: the default of the DAG's
+    `reuse_clusters` param (placement is fixed at parse time; without reuse, runs that could share a cluster
+    spread over the hosts)."""
+    plan = batch.place(batch.suite_plan(pipeline.suite(suite)), HOSTS, shared_clusters=shared_clusters)
     built = [scenario_group(run) for run in plan.runs]
     groups = [group for group, _, _ in built]
     collected, summaries = judged([{"scenario": run.name, "task_id": run_task}

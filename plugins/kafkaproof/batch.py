@@ -60,10 +60,15 @@ class BatchPlan:
         return [resolve_run(run) for run in self.runs]
 
 
-def place(plan: BatchPlan, layout: HostLayout) -> BatchPlan:
+def place(plan: BatchPlan, layout: HostLayout, shared_clusters: bool = True) -> BatchPlan:
     """The plan with each run's worker host (`hosts.HostLayout.assign`: runs sharing a cluster on one host, the
-    others round robin or pinned); a run keeps its cluster for the next only when the next runs on its host."""
-    placed = layout.assign([run.name for run in plan.runs], [run.keep_for_next for run in plan.runs])
+    others round robin or pinned); a run keeps its cluster for the next only when the next runs on its host.
+
+    Without `shared_clusters` (cluster reuse off) runs that could share a cluster are placed one by one like
+    the others instead of piling up on one host (then a run keeps its cluster only for a next run that landed
+    on its host anyway: one host, or a pin)."""
+    placed = layout.assign([run.name for run in plan.runs],
+                           [run.keep_for_next and shared_clusters for run in plan.runs])
     return dataclasses.replace(plan, runs=[
         dataclasses.replace(run, host=host, keep_for_next=run.keep_for_next and placed[i + 1:i + 2] == [host])
         for i, (run, host) in enumerate(zip(plan.runs, placed))])

@@ -130,3 +130,15 @@ def test_the_cli_prints_the_pools_the_setup_creates(capsys, monkeypatch):
     monkeypatch.setenv("KAFKAPROOF_HOST_SLOTS", "w2=2")
     assert cli.main(["hosts"]) == 2  # the error names the setting
     assert "KAFKAPROOF_HOST_SLOTS names w2" in capsys.readouterr().err
+
+
+def test_without_cluster_reuse_runs_that_could_share_a_cluster_are_spread_one_by_one():
+    plan = batch.suite_plan([scn("a"), scn("b")])  # equal clusters: the plan says a may keep its for b
+    assert [r.keep_for_next for r in plan.runs] == [True, False]
+    assert [r.host for r in batch.place(plan, hosts.layout("w1,w2")).runs] == ["w1", "w1"]
+    spread = batch.place(plan, hosts.layout("w1,w2"), shared_clusters=False)
+    assert [(r.host, r.keep_for_next) for r in spread.runs] == [("w1", False), ("w2", False)]
+    assert batch.lanes(spread) == {"w1": [0], "w2": [1]}
+    # one host: the plan as it was (the DAG run's reuse_clusters param still decides)
+    one = batch.place(plan, hosts.layout(here="box"), shared_clusters=False)
+    assert [r.keep_for_next for r in one.runs] == [True, False]

@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run    set up, then run the nightly pipeline once on the local cluster"
 	@echo "make test   set up (Docker too), then run every test (unit, spark, cluster, airflow, compose) but the long ones"
-	@echo "make test-long   set up (Docker too), then run the long tests (pytest -m long, 14–17 min)"
+	@echo "make test-long   set up (Docker too), then run the long tests (pytest -m long; README 'Tests' lists them)"
 	@echo "make setup  only set up (.venv, Debian packages, Kafka from Maven Central)"
 	@echo "make down   tear down every local cluster and heal leftover faults"
 	@echo "make airflow   Airflow's UI, scheduler and api-server for this checkout (airflow standalone, :8080)"

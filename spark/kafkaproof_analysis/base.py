@@ -39,6 +39,11 @@ KINDS: tuple[str, ...] = (
     "offsets_outputs_disagree",
     "hanging_transaction",
     "eos_dirty_read",
+    "rewind_below_commit",
+    "skip_above_commit",
+    "commit_beyond_read",
+    "commit_regression",
+    "double_ownership",
 )
 
 # Value-level kinds: the values.parquet flag column that marks each.

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import golden
+import golden_commits
 from kafkaproof import analysis
 from kafkaproof.verdict.policy import GUARANTEES, load_policy
 from kafkaproof.verdict.validation import format_result, validate
@@ -50,7 +51,7 @@ class Selection(dict):
         pytest.skip(f"golden {name} not selected by KAFKAPROOF_GOLDENS")
 
 
-ALL_GOLDENS = {name: build() for name, build in golden.GOLDENS.items()}
+ALL_GOLDENS = {name: build() for name, build in {**golden.GOLDENS, **golden_commits.GOLDENS}.items()}
 GOLDENS = Selection(selected(os.environ.get("KAFKAPROOF_GOLDENS"), ALL_GOLDENS))
 
 

@@ -202,7 +202,9 @@ KIND_CLASSES = {"lost": "hard", "lost_unconfirmed": "soft", "unseen": "incomplet
                 "reordering": "soft", "poll_skips": "soft", "poll_rewinds": "soft", "poll_inversion": "hard",
                 "unknown_values": "hard", "undelivered_attempts": "soft", "reprocessed": "soft",
                 "eos_lost": "soft", "eos_duplicated": "soft", "eos_aborted_read": "soft", "precommitted_read": "soft",
-                "offsets_outputs_disagree": "soft", "hanging_transaction": "soft", "eos_dirty_read": "info"}
+                "offsets_outputs_disagree": "soft", "hanging_transaction": "soft", "eos_dirty_read": "info",
+                "rewind_below_commit": "soft", "skip_above_commit": "soft", "commit_beyond_read": "soft",
+                "commit_regression": "hard", "double_ownership": "soft"}
 
 
 def metrics(anomalies: list[dict]) -> dict:

@@ -88,16 +88,23 @@ def commits_clean_restart() -> Golden:
 
 # --------------------------------------------------------------------------- one kind each: must fail
 
+def restart(g: Golden, read_to: int, committed: int, resume_at: int) -> list[int]:
+    """Ten values in p0; process 3000 reads 0..`read_to`, commits `committed` and is replaced by process 3001
+    (incarnation 1), which reads from `resume_at` to the end. Returns the value ids by offset."""
+    vids = produce(g, 10)
+    g.event(0, "assign", 100, [0], pid=3000, assigned=[0])
+    read_range(g, 0, 0, vids, 0, read_to, 110, pid=3000)
+    commit(g, 0, 130, {0: committed}, pid=3000)
+    g.event(0, "assign", 200, [0], pid=3001, incarnation=1, assigned=[0])
+    read_range(g, 0, 0, vids, resume_at, 9, 210, pid=3001, incarnation=1)
+    return vids
+
+
 def commit_rewind() -> Golden:
     """KAFKA-19902-style reset: the group committed 10, and the restarted consumer starts at 0 again."""
     g = CommitGolden("commit_rewind", consumers=[{"group": "g"}], status="fail",
                      counts={"rewind_below_commit": 1, "redeliveries": 10})
-    vids = produce(g, 10)
-    g.event(0, "assign", 100, [0], pid=3000, assigned=[0])
-    read_range(g, 0, 0, vids, 0, 9, 110, pid=3000)
-    commit(g, 0, 130, {0: 10}, pid=3000)
-    g.event(0, "assign", 200, [0], pid=3001, incarnation=1, assigned=[0])
-    read_range(g, 0, 0, vids, 0, 9, 210, pid=3001, incarnation=1)
+    vids = restart(g, read_to=9, committed=10, resume_at=0)
     g.value_ids = {"rewind_below_commit": [vids[0]], "redeliveries": vids}
     return g
 
@@ -114,12 +121,7 @@ def commit_skip() -> Golden:
     """The group committed 5; the restarted consumer starts at 8: 5..7 are never read by the group."""
     g = CommitGolden("commit_skip", guarantee="at-most-once", consumers=[{"group": "g"}], status="fail",
                      counts={"skip_above_commit": 1, "not_delivered": 3})
-    vids = produce(g, 10)
-    g.event(0, "assign", 100, [0], pid=3000, assigned=[0])
-    read_range(g, 0, 0, vids, 0, 4, 110, pid=3000)
-    commit(g, 0, 120, {0: 5}, pid=3000)
-    g.event(0, "assign", 200, [0], pid=3001, incarnation=1, assigned=[0])
-    read_range(g, 0, 0, vids, 8, 9, 210, pid=3001, incarnation=1)
+    vids = restart(g, read_to=4, committed=5, resume_at=8)
     g.value_ids = {"skip_above_commit": [vids[8]], "not_delivered": vids[5:8]}
     return g
 
@@ -128,12 +130,7 @@ def commit_beyond_read() -> Golden:
     """The consumer read 0..4 and committed 8; its successor resumes at 8: 5..7 never read."""
     g = CommitGolden("commit_beyond_read", consumers=[{"group": "g"}], status="fail",
                      counts={"commit_beyond_read": 1, "not_delivered": 3})
-    vids = produce(g, 10)
-    g.event(0, "assign", 100, [0], pid=3000, assigned=[0])
-    read_range(g, 0, 0, vids, 0, 4, 110, pid=3000)
-    commit(g, 0, 120, {0: 8}, pid=3000)
-    g.event(0, "assign", 200, [0], pid=3001, incarnation=1, assigned=[0])
-    read_range(g, 0, 0, vids, 8, 9, 210, pid=3001, incarnation=1)
+    vids = restart(g, read_to=4, committed=8, resume_at=8)
     g.value_ids = {"commit_beyond_read": [], "not_delivered": vids[5:8]}
     return g
 

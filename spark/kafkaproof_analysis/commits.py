@@ -123,15 +123,17 @@ def start_anomalies(segments: DataFrame, commits: DataFrame, audit: DataFrame, r
 
 
 def beyond_read_anomalies(commits: DataFrame, audit: DataFrame, reads: DataFrame, ctx: RunContext) -> DataFrame:
-    """commit_beyond_read: a successful commit of offset c with a record below c (in the committer's view) the
-    group had not read by the commit, unless the committing process itself read up to c - 1 (at any time: a
-    client stores the offsets of a batch as it returns it, and the worker records the batch after the poll
-    call that may have run the commit's callback)."""
+    """commit_beyond_read: a successful commit of offset c above the committing process's highest read + 1 (at
+    any time: a client stores the offsets of a batch as it returns it, and the worker records the batch after
+    the poll call that may have run the commit's callback), with a record of the committer's view between that
+    read and c that the group had not read by the commit. Commits past transaction markers are candidates
+    that find no such record."""
     own = reads.groupBy(*PROC, "partition").agg(F.max("offset").alias("own_max"))
     cands = (commits.join(own, PROC + ["partition"], "left")
              .filter(F.col("own_max").isNull() | (F.col("committed") > F.col("own_max") + 1))
              .select("*", _rc(ctx)).withColumn("cid", F.struct(*PROC, "partition", "ts_ns", "committed"))
-             .withColumn("lo", F.lit(0).cast("long")).withColumn("hi", F.col("committed"))
+             .withColumn("lo", F.coalesce(F.col("own_max") + 1, F.lit(0).cast("long")))
+             .withColumn("hi", F.col("committed"))
              .withColumn("t", F.col("ts_ns")))
     found = _unread_between(cands, audit, reads, ctx, by_time=True)
     return found.select(

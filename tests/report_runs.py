@@ -205,7 +205,9 @@ KIND_CLASSES = {"lost": "hard", "lost_unconfirmed": "soft", "unseen": "incomplet
                 "offsets_outputs_disagree": "soft", "hanging_transaction": "soft", "eos_dirty_read": "info",
                 **{k: "soft" for k in ("share_accepted_twice", "share_undelivered", "share_not_returned",
                                        "share_rejected_returned", "share_concurrent_acquisition",
-                                       "share_delivery_count", "share_past_limit")}}
+                                       "share_delivery_count", "share_past_limit")},
+                "rewind_below_commit": "soft", "skip_above_commit": "soft", "commit_beyond_read": "soft",
+                "commit_regression": "hard", "double_ownership": "soft"}
 
 
 def metrics(anomalies: list[dict]) -> dict:

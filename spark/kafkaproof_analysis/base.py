@@ -46,6 +46,11 @@ KINDS: tuple[str, ...] = (
     "share_concurrent_acquisition",
     "share_delivery_count",
     "share_past_limit",
+    "rewind_below_commit",
+    "skip_above_commit",
+    "commit_beyond_read",
+    "commit_regression",
+    "double_ownership",
 )
 
 # Value-level kinds: the values.parquet flag column that marks each.

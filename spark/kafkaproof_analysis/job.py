@@ -37,6 +37,7 @@ from .causes import (UNACKNOWLEDGED_WRITE_PHASES, attribute_causes, attribution_
                      unacknowledged_writes, undelivered_causes)
 from .offsets import offset_anomalies
 from .polls import poll_anomalies
+from .commits import commit_anomalies
 from .pipeline import missing_tables, pipeline_anomalies, pipeline_metrics
 from .share import missing_share_tables, share_anomalies, share_metrics
 from .latency import fault_metrics, latency_metrics, timeseries_rows, unavailability_windows
@@ -74,7 +75,8 @@ def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
     anomalies = (value_anomalies(values, ctx)
                  .unionByName(reorder_anomalies(values))
                  .unionByName(offset_anomalies(sends, audit, reads, ctx, values))
-                 .unionByName(poll_anomalies(reads, tables["consumer_events"], audit, ctx)))
+                 .unionByName(poll_anomalies(reads, tables["consumer_events"], audit, ctx))
+                 .unionByName(commit_anomalies(reads, tables["consumer_events"], audit, ctx)))
     pipeline_missing = missing_tables({t: store.exists(f"{run_dir}/{t}.parquet") for t in PIPELINE_TABLES})
     if not pipeline_missing:
         anomalies = anomalies.unionByName(pipeline_anomalies(tables))

@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import golden
+import golden_commits
 from kafkaproof import analysis
+from kafkaproof.errors import ScenarioError
 from kafkaproof.verdict.policy import GUARANTEES, load_policy
 from kafkaproof.verdict.validation import format_result, validate
 
@@ -50,7 +52,7 @@ class Selection(dict):
         pytest.skip(f"golden {name} not selected by KAFKAPROOF_GOLDENS")
 
 
-ALL_GOLDENS = {name: build() for name, build in golden.GOLDENS.items()}
+ALL_GOLDENS = {name: build() for name, build in {**golden.GOLDENS, **golden_commits.GOLDENS}.items()}
 GOLDENS = Selection(selected(os.environ.get("KAFKAPROOF_GOLDENS"), ALL_GOLDENS))
 
 
@@ -414,3 +416,34 @@ def test_an_application_run_reports_what_it_cannot_judge_as_not_applicable(runs)
     bad = validate(runs["app_answer_before_ack"], expect={"outcome": "detect", "detect": ["reordering"]},
                    data_docs=False)
     assert bad.status == "error" and any("reordering does not apply" in e for e in bad.errors)
+
+
+@pytest.mark.spark
+def test_commit_checks_say_what_the_group_committed_and_a_scenario_may_allow_them_with_a_reason(runs, tmp_path):
+    """Issue 45: each commit-consistency row names the commit and the reads; `allow: {kind: reason}` turns a
+    forbidden kind into a pass that shows the reason; an empty reason is refused, naming file and field."""
+    def row(name, kind):
+        (r,) = anomalies_of(runs[name]).query("kind == @kind").itertuples()
+        return r
+    rewind = row("commit_rewind", "rewind_below_commit")
+    assert list(rewind.offsets) == [10, 0] and rewind.consumer_pid == 3001 and rewind.group == "g"
+    assert "started partition 0 at offset 0, 10 below the group's last commit 10" in rewind.detail
+    assert "3 records in between were never read by the group" in row("commit_skip", "skip_above_commit").detail
+    assert "committed offset 8 of partition 0 while 3 records below it were not read by the group yet" in row(
+        "commit_beyond_read", "commit_beyond_read").detail
+    assert list(row("commit_regression", "commit_regression").offsets) == [10, 4]
+    double = row("double_ownership", "double_ownership")
+    assert "consumer 1 (pid 2001) read partition 0 from offset 10 while consumer 0 (pid 2000)" in double.detail
+
+    allowed = validate(runs["commit_rewind_allowed"], data_docs=False)
+    assert allowed.status == "pass", format_result(allowed)
+    (r,) = [r for r in allowed.rows if r.anomaly == "rewind_below_commit"]
+    assert r.ok and r.count == 1 and r.allowed_reason == golden_commits.commit_rewind_allowed().allow[r.anomaly]
+    assert f"allowable with reason: {r.allowed_reason}" in format_result(allowed)
+
+    bad = shutil.copytree(runs["commit_rewind_allowed"], tmp_path / "bad")
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["scenario"]["allow"] = {"rewind_below_commit": ""}
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ScenarioError, match="manifest.json: scenario: allow.rewind_below_commit: needs a non-empty"):
+        validate(bad, data_docs=False)

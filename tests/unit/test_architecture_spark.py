@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 SPARK = REPO / "spark"
 PACKAGE = SPARK / "kafkaproof_analysis"
 # Lowest first: a module may import only modules before it.
-ORDER = ("base", "families", "schemas", "columns", "context", "store", "values", "causes", "offsets", "polls", "pipeline",
+ORDER = ("base", "families", "schemas", "columns", "context", "store", "values", "causes", "offsets", "polls", "commits", "pipeline",
          "share", "latency",
          "exercised", "metrics", "job")
 PURE = {"base", "families"}  # no pyspark: the vocabulary and locations, the fault families

@@ -57,11 +57,17 @@ def other_anomaly_lines(counts: Mapping[str, int] | None, skip: set, cls: str, p
 
 def tolerated_lines(rows: Sequence[Mapping[str, Any]], counts: Mapping[str, int] | None, skip: set,
                     guarantee: str) -> list[tuple[str, str]]:
-    """Non-zero kinds that did not fail the run: allowed by the guarantee, or informational."""
+    """Non-zero kinds that did not fail the run: allowed by the guarantee, by the scenario with its stated reason
+    (`allow`: allowable_with_reason), or informational."""
     cls_of = {row_kind(r): r.get("cls") for r in rows}
+    reason_of = {row_kind(r): r.get("allowed_reason") for r in rows}
     out = []
     for k in ordered_kinds(counts or {}):
         if counts[k] and k not in skip:
+            if reason_of.get(k):
+                out.append(("warn", f"Allowed by the scenario with a reason ({reason_of[k]}): "
+                                    + anomaly_sentence(k, counts[k])))
+                continue
             prefix = "For information: " if cls_of.get(k) == "info" else f"Allowed under {guarantee}: "
             out.append(("info", prefix + anomaly_sentence(k, counts[k])))
     return out

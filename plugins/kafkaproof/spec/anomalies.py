@@ -9,6 +9,7 @@ unit test keeps them equal); policy — which kinds a guarantee or a claim forbi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class AnomalyKind:
     one: str              # a sentence about one occurrence
     many: str             # ... and about `{n}` of them
     expectable: bool = True  # a negative control may `expect.detect` it
+    allowable: bool = False  # a scenario may accept it with a stated reason (`allow: {kind: reason}`)
 
     def sentence(self, n: int) -> str:
         """One plain sentence saying what `n` anomalies of this kind mean."""
@@ -128,12 +130,32 @@ VOCABULARY: tuple[AnomalyKind, ...] = (
     AnomalyKind("share_past_limit", None,
                 "1 record was delivered past the share group's delivery limit instead of being given up.",
                 "{n} records were delivered past the share group's delivery limit instead of being given up."),
+    # Commit consistency (issue 45): the group's commits against its consumers' reads (consumer_events).
+    AnomalyKind("rewind_below_commit", None,
+                "A consumer started a partition below its group's last commit once: committed records came again.",
+                "Consumers started partitions below their group's last commit {n} times: committed records came again.",
+                allowable=True),
+    AnomalyKind("skip_above_commit", None,
+                "A consumer started a partition above its group's last commit once, skipping records never read.",
+                "Consumers started partitions above their group's last commit {n} times, skipping records never read.",
+                allowable=True),
+    AnomalyKind("commit_beyond_read", None,
+                "A consumer group committed an offset beyond what it had read once.",
+                "Consumer groups committed offsets beyond what they had read {n} times."),
+    AnomalyKind("commit_regression", None,
+                "A consumer group's committed offset went backwards once.",
+                "Consumer groups' committed offsets went backwards {n} times."),
+    AnomalyKind("double_ownership", None,
+                "Two consumers of one group read the same partition at the same time once.",
+                "Two consumers of one group read the same partition at the same time {n} times.",
+                allowable=True),
 )
 
 BY_NAME: dict[str, AnomalyKind] = {k.name: k for k in VOCABULARY}
 KINDS: tuple[str, ...] = tuple(k.name for k in VOCABULARY)
 VALUE_FLAGS: dict[str, str] = {k.name: k.flag for k in VOCABULARY if k.flag}
 EXPECTABLE: tuple[str, ...] = tuple(k.name for k in VOCABULARY if k.expectable)
+ALLOWABLE: tuple[str, ...] = tuple(k.name for k in VOCABULARY if k.allowable)
 
 
 def sentence(kind: str, n: int) -> str:
@@ -142,3 +164,26 @@ def sentence(kind: str, n: int) -> str:
     if k is None:
         return f"1 anomaly of kind {kind}." if n == 1 else f"{n:,} anomalies of kind {kind}."
     return k.sentence(n)
+
+
+# A scenario's `allow: {kind: reason}` (issue 45): the kinds it accepts, each with the reason it states.
+ALLOW_SCHEMA = {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "anomaly kinds this scenario accepts, each with its reason (allowable_with_reason): "
+                               + ", ".join(ALLOWABLE)}
+
+
+def allow_errors(allow: Any, allowable: Sequence[str] = ALLOWABLE) -> list[tuple[str, str]]:
+    """Pure: (field, message) for each fault of a scenario's `allow`: not a mapping, a kind that is not
+    `allowable`, an empty reason. [] when it is fine (or absent)."""
+    if allow is None:
+        return []
+    if not isinstance(allow, Mapping):
+        return [("allow", f"{allow!r} is not a mapping {{anomaly kind: reason}}")]
+    errors = []
+    for kind, reason in allow.items():
+        if kind not in allowable:
+            errors.append((f"allow.{kind}", f"not a kind a scenario may allow; allowed: {', '.join(allowable)}"))
+        elif not isinstance(reason, str) or not reason.strip():
+            errors.append((f"allow.{kind}", f"needs a non-empty reason: why the scenario accepts {kind} "
+                                            "(e.g. auto.offset.reset in play)"))
+    return errors

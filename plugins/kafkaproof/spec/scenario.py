@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from .anomalies import EXPECTABLE
+from .anomalies import ALLOW_SCHEMA, EXPECTABLE, allow_errors
 from . import application as app_section
 from .application import (ApplicationSection, check_application_backend, check_application_host,
                           parse_application)
@@ -70,6 +70,7 @@ SCHEMA: dict[str, Any] = {
                        "properties": {"detect": {"type": "array", "minItems": 1, "items": {"enum": list(ANOMALIES)}},
                                       "why": {"type": "string"}}}]},
         "explanation": {"type": "string", "description": "what the scenario shows and why (for the report)"},
+        "allow": ALLOW_SCHEMA,
         "cluster": {
             "type": "object", "additionalProperties": False,
             "properties": {
@@ -622,6 +623,8 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
                 fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
                                         f"(1..{brokers}): they act on the clients' requests")
     check_group_protocol(data, fail)  # consumers.config and each consumer fault's restart settings
+    for name, why in allow_errors(data.get("allow")):
+        fail(name, why)
     if data.get("random_faults"):
         _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):

@@ -46,6 +46,7 @@ class Kind:
     name: str
     cls: str
     summary: str
+    allowable: bool = False  # a scenario may accept it with a stated reason (`allow: {kind: reason}`)
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,25 @@ class Policy:
         self.check_guarantee(guarantee)
         return self.allowed_by[guarantee] | {k.name for k in self.kinds if k.cls == "info"}
 
-    def forbidden(self, guarantee: str, claims: Sequence[str] = ()) -> tuple[str, ...]:
-        """Kinds whose non-zero count fails a run of this guarantee (hard, and soft not allowed) and claims."""
+    def forbidden(self, guarantee: str, claims: Sequence[str] = (), allow: Mapping[str, str] | None = None
+                  ) -> tuple[str, ...]:
+        """Kinds whose non-zero count fails a run of this guarantee (hard, and soft not allowed) and claims;
+        the kinds the scenario accepts with a reason (`allow`, checked) are not."""
         self.check_claims(claims)
         allowed = self.allowed(guarantee) - {k for c in claims for k in self.forbidden_by_claim[c]}
+        allowed |= set(allow or {})
         return tuple(k.name for k in self.kinds if k.cls in ("hard", "soft") and k.name not in allowed)
+
+    @property
+    def allowable(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.kinds if k.allowable)
+
+    def check_allow(self, allow: Any, where: str = "scenario") -> dict[str, str]:
+        """A scenario's `allow: {kind: reason}`, checked: each kind allowable with a reason, each reason stated.
+        Raises ScenarioError naming `where` (the file) and the field."""
+        for name, why in anomalies.allow_errors(allow, self.allowable)[:1]:
+            raise ScenarioError(f"{where}: {name}: {why}")
+        return {str(k): str(v).strip() for k, v in (allow or {}).items()}
 
     @property
     def incomplete(self) -> tuple[str, ...]:
@@ -124,7 +139,10 @@ def parse_policy(raw: Any, where: str = "policy") -> Policy:
         cls = (info or {}).get("class")
         if cls not in CLASSES:
             raise PolicyError(f"{where}: kinds.{name}.class={cls!r}; expected one of {', '.join(CLASSES)}")
-        kinds.append(Kind(str(name), cls, str((info or {}).get("summary", ""))))
+        allowable = bool((info or {}).get("allowable_with_reason", False))
+        if allowable and cls != "soft":
+            raise PolicyError(f"{where}: kinds.{name}.allowable_with_reason needs class soft, not {cls}")
+        kinds.append(Kind(str(name), cls, str((info or {}).get("summary", "")), allowable))
     by_name = {k.name: k for k in kinds}
     guarantees = raw.get("guarantees") or {}
     allowed_by: dict[str, frozenset[str]] = {}
@@ -184,6 +202,7 @@ class Judgement:
     allowed: bool            # the guarantee (and claims) allow it, or a negative control must detect it
     expected_detected: bool  # a negative control requires count > 0
     ok: bool                 # this row does not fail the run
+    allowed_reason: str | None = None  # allowable_with_reason: the scenario's stated reason for accepting it
 
     @property
     def also_found(self) -> bool:
@@ -193,10 +212,13 @@ class Judgement:
 
 
 def judge(counts: Mapping[str, int], policy: Policy, guarantee: str, expect: Expect,
-          claims: Sequence[str] = ()) -> list[Judgement]:
+          claims: Sequence[str] = (), allow: Mapping[str, str] | None = None) -> list[Judgement]:
     """Per-kind verdict rows. In a negative control only the listed kinds decide (and unseen); the others
-    keep `allowed` as the guarantee has it, so a forbidden one found there reads as `also_found`."""
-    forbidden = set(policy.forbidden(guarantee, claims))
+    keep `allowed` as the guarantee has it, so a forbidden one found there reads as `also_found`. A kind the
+    scenario `allow`s (checked with `Policy.check_allow`) is allowed with its reason."""
+    allow = allow or {}
+    forbidden = set(policy.forbidden(guarantee, claims, allow))
+    unforbidden = set(policy.forbidden(guarantee, claims)) - forbidden  # forbidden but for the scenario's reason
     rows = []
     for name in policy.names:
         n = int(counts.get(name, 0) or 0)
@@ -209,7 +231,8 @@ def judge(counts: Mapping[str, int], policy: Policy, guarantee: str, expect: Exp
         else:
             allowed = name not in forbidden
             ok = allowed or n == 0
-        rows.append(Judgement(name, n, allowed, wanted, ok))
+        reason = allow[name] if name in unforbidden else None
+        rows.append(Judgement(name, n, allowed, wanted, ok, reason))
     return rows
 
 
@@ -225,9 +248,11 @@ def _exp(type_: str, meta: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
     return {"type": type_, "kwargs": kwargs, "meta": dict(meta)}
 
 
-def counts_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, Any]:
+def counts_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = (),
+                 allow: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Suite over the one-row counts frame (one column per kind): the verdict itself."""
-    forbidden = set(policy.forbidden(guarantee, claims))
+    allow = allow or {}
+    forbidden = set(policy.forbidden(guarantee, claims, allow))
     what = guarantee + "".join(f" + claim {c}" for c in sorted(claims))
     exps = []
     for k in policy.kinds:
@@ -246,6 +271,8 @@ def counts_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequenc
                 why = f"forbidden by {what}, not decisive in a negative control: reported as also found"
             elif expect.is_control:
                 why = "not decisive in a negative control"
+            elif k.name in allow:
+                why = f"allowable_with_reason: {allow[k.name]}"
             else:
                 why = "informational" if k.cls == "info" else f"allowed by {what}"
             exps.append(_exp("expect_column_values_to_be_between", {**meta, "rule": why}, column=k.name, min_value=0))
@@ -257,13 +284,14 @@ def counts_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequenc
             "notes": None}
 
 
-def anomalies_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, Any]:
+def anomalies_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = (),
+                    allow: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Suite over anomalies.parquet rows: every row's kind must be tolerated (Data Docs list the offenders)."""
     if expect.is_control:
         exps = [_exp("expect_column_distinct_values_to_contain_set", {"rule": "negative control: each listed kind found"},
                      column="kind", value_set=sorted(expect.detect))]
     else:
-        forbidden = set(policy.forbidden(guarantee, claims))
+        forbidden = set(policy.forbidden(guarantee, claims, allow))
         ok_kinds = sorted(k for k in policy.names if k not in forbidden and policy.kind(k).cls != "incomplete")
         what = guarantee + "".join(f" + claim {c}" for c in sorted(claims))
         exps = [_exp("expect_column_values_to_be_in_set", {"rule": f"kinds tolerated by {what}"},
@@ -274,7 +302,8 @@ def anomalies_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequ
             "meta": {"guarantee": guarantee, "generated_from": "expectations/policy.yaml"}, "notes": None}
 
 
-def values_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, Any]:
+def values_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = (),
+                 allow: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Suite over values.parquet: structure, plus one flag check per forbidden value-level kind."""
     exps = [
         _exp("expect_column_values_to_not_be_null", {"rule": "every value has an id"}, column="value_id"),
@@ -284,7 +313,7 @@ def values_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequenc
         _exp("expect_column_values_to_be_between", {"rule": "counts are non-negative"}, column="log_count", min_value=0),
     ]
     if not expect.is_control:
-        for name in policy.forbidden(guarantee, claims) + policy.incomplete:
+        for name in policy.forbidden(guarantee, claims, allow) + policy.incomplete:
             if name in VALUE_FLAGS:
                 exps.append(_exp("expect_column_values_to_be_in_set",
                                  {"anomaly": name, "rule": f"forbidden by {guarantee}"},
@@ -296,9 +325,10 @@ def values_suite(policy: Policy, guarantee: str, expect: Expect, claims: Sequenc
 SUITE_BUILDERS = {"counts": counts_suite, "anomalies": anomalies_suite, "values": values_suite}
 
 
-def suites(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
-    """frame name -> suite spec, for one scenario."""
-    return {frame: build(policy, guarantee, expect, claims) for frame, build in SUITE_BUILDERS.items()}
+def suites(policy: Policy, guarantee: str, expect: Expect, claims: Sequence[str] = (),
+           allow: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """frame name -> suite spec, for one scenario (`allow`: the kinds it accepts with a reason)."""
+    return {frame: build(policy, guarantee, expect, claims, allow) for frame, build in SUITE_BUILDERS.items()}
 
 
 def write_suites(policy: Policy, out_dir: Path = SUITES_DIR) -> list[Path]:

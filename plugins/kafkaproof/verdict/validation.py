@@ -59,6 +59,7 @@ class AnomalyRow:
     examples: list[int] = field(default_factory=list)
     also_found: bool = False  # negative control: found outside `detect`, forbidden by the guarantee
     not_applicable: str | None = None  # why the run cannot judge this kind (never a pass): manifest's reason
+    allowed_reason: str | None = None  # allowable_with_reason: the scenario's `allow` reason for accepting it
 
 
 @dataclass
@@ -327,6 +328,7 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     claims = sorted((scenario.get("claims") or {}).keys())
     policy.check_claims(claims)
     exp = normalize_expect(expect if expect is not None else manifest.expect, policy)
+    allow = policy.check_allow(scenario.get("allow"), f"{run_dir / 'manifest.json'}: scenario")
     out_dir = run_dir / VALIDATION_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     expect_dict = {"outcome": exp.outcome, "detect": list(exp.detect)}
@@ -350,10 +352,10 @@ def validate(run_dir: Path, *, guarantee: str | None = None, expect: Any = None,
     examples = anomaly_examples(anomalies)
     rows = [AnomalyRow(j.anomaly, j.count, j.allowed, j.expected_detected, j.ok, policy.kind(j.anomaly).cls,
                        policy.kind(j.anomaly).summary, examples.get(j.anomaly, []), j.also_found,
-                       na.get(j.anomaly))
-            for j in judge(counts, policy, guarantee, exp, claims)]
+                       na.get(j.anomaly), j.allowed_reason)
+            for j in judge(counts, policy, guarantee, exp, claims, allow)]
 
-    specs = suites(policy, guarantee, exp, claims)
+    specs = suites(policy, guarantee, exp, claims, allow)
     values = values_frame(run_dir, policy)
     for kind in na:  # a flag the run cannot judge is not a finding
         if kind in VALUE_FLAGS and VALUE_FLAGS[kind] in values:
@@ -415,6 +417,8 @@ def format_result(result: ValidationResult, *, all_rows: bool = False) -> str:
                 mark = "allowed" if r.count else "ok"
             ids = f"  e.g. value ids {', '.join(map(str, r.examples))}" if r.examples else ""
             also = "  also found (forbidden by the guarantee)" if r.also_found else ""
+            if r.allowed_reason and r.count:
+                also += f"  allowable with reason: {r.allowed_reason}"
             lines.append(f"  {mark:>7}  {r.anomaly:<{width}}  {r.count:>8}{ids}{also}")
     else:
         lines.append("  no anomalies")

@@ -18,7 +18,7 @@ from kafkaproof.proxy.fake_broker import make_record_batch
 from kafkaproof.proxy.records import split_batches
 from kafkaproof.spec.faults import FaultSpec
 
-from support import produce
+from support import produce, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -78,7 +78,9 @@ def test_the_active_segment_cut_to_half_while_the_broker_is_down_recovers_to_the
         whole_left = batches[-1].next_offset if batches else 0
         assert 0 < whole_left < 400, f"{len(batches)} whole batches left"
         injector.heal(fault.fault_id)
-        assert "Recovering unflushed segment" in cluster.node_log_since_start(1)
+        # the heal returns once the broker process runs; its recovery is logged a moment later
+        wait_for(lambda: "Recovering unflushed segment" in cluster.node_log_since_start(1), 60,
+                 "the broker to log its recovery of the cut segment")
         from confluent_kafka import Consumer, TopicPartition
         consumer = Consumer({"bootstrap.servers": cluster.direct_bootstrap(), "group.id": "kp-test"})
         try:

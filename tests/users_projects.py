@@ -25,7 +25,8 @@ def containers(project: str) -> dict[str, tuple[str, str]]:
     return {name: (cid, st) for name, cid, st in (line.split() for line in out if line.strip())}
 
 
-def _found(project: str, nodes: int) -> dict | None:
+def found_nodes(project: str, nodes: int) -> dict | None:
+    """The project as `inspect` finds it once all `nodes` brokers answer metadata, else None."""
     try:
         found = inspect_project(project, timeout_s=3)
         return found if len(found["nodes"]) == nodes else None
@@ -50,7 +51,7 @@ def users_project(file: Path, prefix: str, port_variable: str, nodes: int) -> It
 
     compose("up", "-d")
     try:
-        found = wait_for(lambda: _found(project, nodes), 90, f"the {nodes} brokers of {project} to answer metadata",
+        found = wait_for(lambda: found_nodes(project, nodes), 90, f"the {nodes} brokers of {project} to answer metadata",
                          interval=1)
         yield project, ",".join(f"localhost:{p}" for p in ports), found
     finally:

@@ -53,10 +53,6 @@ def users_project():
         yield project, bootstrap, found
 
 
-def _inspect(project: str):
-    return users_projects._found(project, 3)
-
-
 def check_handed_back(project: str, bootstrap: str, before: dict[str, tuple[str, str]], hw: dict[int, int]) -> None:
     """Every container runs again, the same container, every broker is in the metadata, the user's topic as it was."""
     wait_for(lambda: containers(project) == {n: (cid, "running") for n, (cid, _) in before.items()}, 30,
@@ -134,7 +130,7 @@ def test_inspect_attach_kill_and_pause_then_detach_from_another_process(users_pr
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "kp-att-faults" not in state.list_clusters()
     check_handed_back(project, bootstrap, before, hw)
-    wait_for(lambda: _inspect(project), 30, "all three brokers in the metadata")
+    wait_for(lambda: users_projects.found_nodes(project, 3), 30, "all three brokers in the metadata")
     from confluent_kafka.admin import AdminClient
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
     assert USERS_TOPIC in topics and "kp-att-faults" not in topics

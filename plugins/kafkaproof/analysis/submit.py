@@ -221,21 +221,32 @@ def _run(argv: list[str], quiet: bool, master: str = DEFAULT_MASTER) -> None:
     code = proc.returncode
     if code != 0:
         first = "first error:\n" + "\n".join(first_error) + "\n" if first_error else ""
-        raise AnalysisError(f"spark-submit exited with {code}; {first}last output:\n" + "\n".join(tail))
+        error = AnalysisError(f"spark-submit exited with {code}; {first}last output:\n" + "\n".join(tail))
+        error.driver_died = code not in JOB_EXIT_CODES
+        raise error
 
 
 FIRST_ERROR_LINES = 30  # the first error's traceback, kept apart: a later crash's stack would push it out
+# What the job itself returns (spark/kafkaproof_analysis/job.py: 1 a run's analysis failed, 2 bad input).
+# Any other code is the driver JVM ending under the job (Spark's 50 for an uncaught exception in one of
+# its threads, 52 out of memory, a signal): nothing about the runs, so the submit is tried once more.
+JOB_EXIT_CODES = (0, 1, 2)
+DRIVER_RETRIES = 1
+# Lines that start the JVM's own account of why it is ending; kept like the first error.
+JVM_FAILURE_MARKERS = ("Uncaught exception in thread", "SparkUncaughtExceptionHandler",
+                       "java.lang.OutOfMemoryError", "java.lang.StackOverflowError")
 
 
 def _stream(proc: subprocess.Popen, tail: deque, quiet: bool, first_error: list[str] | None = None) -> None:
     """Log the job's output as it comes: its own [analyze] lines at INFO, Spark's at DEBUG. The
-    failure tail gets every line but Spark's INFO; `first_error` the first `[analyze] error` and
-    what follows it."""
+    failure tail gets every line but Spark's INFO; `first_error` the first `[analyze] error` (or the
+    driver JVM's own failure) and what follows it."""
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip("\n")
-        if first_error is not None and (first_error or line.startswith("[analyze] error")) \
-                and len(first_error) < FIRST_ERROR_LINES:
+        # The driver's own failure (JVM_FAILURE_MARKERS) comes before the job's error it causes.
+        if first_error is not None and len(first_error) < FIRST_ERROR_LINES and (
+                first_error or line.startswith("[analyze] error") or any(m in line for m in JVM_FAILURE_MARKERS)):
             first_error.append(line)
         if " INFO " not in line:  # Spark's INFO chatter stays out of the failure tail
             tail.append(line)
@@ -265,7 +276,17 @@ def analyze_locations(locations: Sequence[Path | str], master: str = DEFAULT_MAS
     """
     app_args = ["--parallel", str(parallel)] if parallel else []
     conf = {**size_conf(locations), **(extra_conf or {})}
-    _run(spark_submit_argv(list(locations), master, spark_submit, conf, app_args), quiet, master)
+    argv = spark_submit_argv(list(locations), master, spark_submit, conf, app_args)
+    for attempt in range(DRIVER_RETRIES + 1):
+        try:
+            _run(argv, quiet, master)
+            return
+        except AnalysisError as exc:
+            if not getattr(exc, "driver_died", False) or attempt == DRIVER_RETRIES:
+                raise
+            # The job writes its outputs with mode overwrite: a second submit replaces a partial analysis.
+            log.warning("the Spark driver ended under the analysis job (%s); submitting it once more",
+                        str(exc).splitlines()[0])
 
 
 def analyze_many(run_dirs: Sequence[Path], master: str = DEFAULT_MASTER, spark_submit: str | None = None,

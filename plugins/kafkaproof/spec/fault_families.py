@@ -244,7 +244,8 @@ LOG_DIR = FamilySpec(
     colors={"log_dir_failure": "#7f7f7f"})
 # Files of a node's log directory (segments, indexes, checkpoints, the KRaft metadata log and snapshots) with
 # bits flipped or cut short (spec/corruption.py, cluster/corrupt.py; docs/corruption.md). Nothing heals the data:
-# that is the point; a node corrupted while stopped (`when: stopped`) is started at the heal.
+# that is the point; a node corrupted while stopped (`when: stopped`) is started at the heal, and one that refuses
+# its damaged files (exits at its start) is the fault's outcome, recorded in the heal (`start_refused`).
 CORRUPTION = FamilySpec(
     "corruption",
     {"file_corrupt": {"file": (str, True), "mode": (str, True), "segment": (str, False),

@@ -177,8 +177,10 @@ def disk_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) 
 
 def corruption_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
     """Pure: a file corruption took effect when every node it targeted had files changed (bits flipped or bytes
-    cut); the evidence names each node's files and what changed in them."""
+    cut); the evidence names each node's files and what changed in them, and each node that refused to start on
+    them at the heal (`start_refused`, with Kafka's exception line)."""
     corrupted = effect.get("corrupted") or {}
+    refused = effect.get("start_refused") or {}
     nodes = [str(n) for n in fault.get("nodes") or []] or list(corrupted)
     if not nodes:
         return False, "no node was corrupted"
@@ -197,7 +199,9 @@ def corruption_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, 
             f"{f['file']} ({f['flipped']} bit{'' if f['flipped'] == 1 else 's'} flipped)" if f.get("flipped") else
             f"{f['file']} ({f['cut']:,} of {f['size']:,} bytes cut)" for f in hit[:4]) + (
             f" and {len(hit) - 4} more" if len(hit) > 4 else "")
-    return all(changed(corrupted.get(n) or []) for n in nodes), "; ".join(said(n) for n in sorted(nodes))
+    evidence = "; ".join(said(n) for n in sorted(nodes))
+    evidence += "".join(f"; node {n} refused to start on them: {line}" for n, line in sorted(refused.items()))
+    return all(changed(corrupted.get(n) or []) for n in nodes), evidence
 
 
 def rolling_family_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:

@@ -1,5 +1,6 @@
 """Correlated faults (issue 45.2) on a real cluster: a kill of one broker and a pause of another, injected at
-one instant through the timeline's barrier; acks=all with min ISR 2 loses nothing acknowledged."""
+one instant through the timeline's barrier after the block's one trigger (the consumer's next commit);
+acks=all with min ISR 2 loses nothing acknowledged."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ DOC = {"name": "t-together", "guarantee": "at-least-once",
        "producers": {"rate": 500, "messages": 3000, "start_after_s": 1,
                      "config": {"acks": "all", "enable.idempotence": True}},
        "consumers": {"count": 1},
-       "faults": [{"at": 2, "together": [{"kind": "kill", "target": "node:1", "duration": 3},
+       "faults": [{"at": 2, "after": {"event": "consumer_commit", "consumer": 0}, "together": [{"kind": "kill", "target": "node:1", "duration": 3},
                                          {"kind": "pause", "target": "node:2", "duration": 2}]}]}
 
 
@@ -37,6 +38,9 @@ def test_a_kill_and_a_pause_start_together_and_lose_nothing_acknowledged(tmp_pat
     assert list(faults["kind"]) == ["kill", "pause"] or sorted(faults["kind"]) == ["kill", "pause"]
     effects = [json.loads(e) for e in faults["effect"]]
     assert [(e["group"], e["group_size"]) for e in effects] == [(0, 2), (0, 2)]
+    triggers = [e["trigger"] for e in effects]
+    assert triggers[0] == triggers[1] and triggers[0]["event"] == "consumer_commit", triggers  # awaited once
+    print(f"together: the block's trigger held {triggers[0]['waited_s']} s after t=2")
     skew_ms = (faults["start_ns"].max() - faults["start_ns"].min()) / 1e6
     print(f"together: kill and pause began {skew_ms:.1f} ms apart")
     assert skew_ms < 100

@@ -248,14 +248,6 @@ class AttachedCluster(ContainerNodes, ExternalCluster):
             raise ClusterError(refused)
         self.start_node(node_id)
 
-    def node_log_since_start(self, node_id: int) -> str:
-        """The container's output since its latest start (`docker logs --since StartedAt`): earlier starts'
-        lines (a fatal line of last week) do not count."""
-        started = self._inspect_state(node_id).get("StartedAt")
-        proc = de.docker("logs", *(["--since", started] if started else []), self.node(node_id).container,
-                         check=False, timeout=60)
-        return proc.stdout + proc.stderr if proc.returncode == 0 else ""
-
     @classmethod
     def up(cls, project: str, name: str, timeout_s: float = 30.0, proxy: bool = False,  # type: ignore[override]
            proxy_host: str = LOOPBACK) -> "AttachedCluster":

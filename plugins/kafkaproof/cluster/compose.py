@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ClusterError, ClusterNotRunning
+from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
 from ..spec.fault_families import kinds_needing
 from ..spec.faults import CLOCK_KINDS, CORRUPTION_KINDS, DISK_KINDS, FAULT_KINDS
@@ -156,6 +156,29 @@ def network_faults_mode(requested: str, engine_is_local: bool, can_netns: bool) 
     return requested
 
 
+def corruption_refusal(engine: str) -> str | None:
+    """Why `file_corrupt` cannot act on a compose cluster on `engine` (None: it can): it changes the files of a
+    container's data volume on this host's disk, so the engine must run on this machine."""
+    if de.is_local_engine(engine):
+        return None
+    return (f"fault 'file_corrupt' changes the files of a container's data volume on this host's disk, and the Docker "
+            f"engine {engine} runs on another machine (its volumes are there): run the engine here, or use the "
+            f"local backend")
+
+
+def refusal(kind: str, engine: str | None = None) -> str | None:
+    """Pure-ish: why a compose cluster (on `engine`, default: `DOCKER_HOST`'s) refuses a fault of `kind`, or None."""
+    if kind in CLOCK_KINDS:
+        return (f"clock fault {kind!r} needs the local backend (nodes started under libfaketime); "
+                f"a compose cluster cannot move a container's clock")
+    if kind in DISK_KINDS or kind in kinds_needing("disk"):
+        return (f"disk fault {kind!r} needs the local backend (log directories on diskfs); a compose "
+                f"cluster's volumes belong to the Docker engine")
+    if kind in CORRUPTION_KINDS:
+        return corruption_refusal(engine or de.engine_url())
+    return None
+
+
 def _users_file(path: str) -> Path:
     p = Path(path).expanduser().resolve()
     if not p.is_file():
@@ -182,27 +205,37 @@ class ComposeCluster(ContainerNodes, StatefulCluster):
 
     @property
     def supported_faults(self) -> frozenset[str]:
-        """Every kind but clock, disk and corruption faults: network faults enter the containers by their
-        namespaces or through the engine."""
-        return self.supported_for()
+        """Every kind but clock and disk faults: network faults enter the containers by their namespaces or
+        through the engine; `file_corrupt` changes the data volumes' files when the engine runs here."""
+        return self.supported_for(self.state().engine)
 
     @staticmethod
-    def supported_for() -> frozenset[str]:
-        """The fault kinds a compose cluster started here will support."""
-        return (frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
-                - frozenset(CORRUPTION_KINDS))
+    def supported_for(engine: str | None = None) -> frozenset[str]:
+        """The fault kinds a compose cluster on `engine` (default: the one `DOCKER_HOST` names) supports."""
+        kinds = frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
+        return kinds if corruption_refusal(engine or de.engine_url()) is None else kinds - frozenset(CORRUPTION_KINDS)
 
     def unsupported_reason(self, kind: str) -> str:
-        if kind in CLOCK_KINDS:
-            return (f"clock fault {kind!r} needs the local backend (nodes started under libfaketime); "
-                    f"a compose cluster cannot move a container's clock")
-        if kind in DISK_KINDS:
-            return (f"disk fault {kind!r} needs the local backend (log directories on diskfs); a compose "
-                    f"cluster's volumes belong to the Docker engine")
-        if kind in CORRUPTION_KINDS:
-            return (f"fault {kind!r} needs the local backend (it corrupts files of the nodes' log directories on this "
-                    f"host); a compose cluster's log directories are volumes inside the Docker engine")
-        return f"fault {kind!r} is not supported on compose cluster {self.name}"
+        return refusal(kind, self.state().engine) or f"fault {kind!r} is not supported on compose cluster {self.name}"
+
+    def log_dir(self, node_id: int) -> Path:
+        """The node's data volume as a directory of this host (where `file_corrupt` acts): the source of its
+        container's mount at DATA_DIR (`docker inspect`). FaultError when the engine runs on another machine,
+        or the volume is not a directory here (an engine in a VM)."""
+        refused = corruption_refusal(self.state().engine)
+        if refused:
+            raise FaultError(refused)
+        container = self.node(node_id).container
+        mounts = de.container_mounts(container)
+        source = next((m.get("Source") for m in mounts if m.get("Destination") == DATA_DIR), None)
+        if not source:
+            raise FaultError(f"container {container} mounts nothing at {DATA_DIR} (its log directory); file_corrupt "
+                             f"acts on the data volume there")
+        path = Path(source)
+        if not path.is_dir():
+            raise FaultError(f"the data volume of container {container} ({source}) is no directory of this host: the "
+                             f"Docker engine keeps it elsewhere (a VM?); file_corrupt needs the engine on this machine")
+        return path
 
     def disk_state(self, node_id: int) -> str:
         """A container's volume is no faulty disk: 'none' (its `disks` capability is absent)."""

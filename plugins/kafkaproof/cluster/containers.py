@@ -100,6 +100,14 @@ class ContainerNodes:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(proc.stdout + proc.stderr)
 
+    def node_log_since_start(self, node_id: int) -> str:
+        """The container's output since its latest start (`docker logs --since StartedAt`): earlier starts'
+        lines (a fatal line of last week, a started line of the start before) do not count."""
+        started = self._inspect_state(node_id).get("StartedAt")
+        proc = de.docker("logs", *(["--since", started] if started else []), self.node(node_id).container,
+                         check=False, timeout=60)
+        return proc.stdout + proc.stderr if proc.returncode == 0 else ""
+
     def log_hint(self, node_id: int) -> str:
         return f"`docker logs {self.node(node_id).container}`"
 

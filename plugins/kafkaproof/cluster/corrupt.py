@@ -5,7 +5,8 @@ directory, which node is stopped first, and records what changed.
 File kinds (spec/corruption.py): `segment` (a partition's `.log` files: `active` is the one with the highest base
 offset, `closed` the others), `index` (their `.index` and `.timeindex`), `checkpoint` (the log directory's
 `replication-offset-checkpoint` and `recovery-point-offset-checkpoint`, each chosen partition's
-`leader-epoch-checkpoint`), `snapshot` (the KRaft `__cluster_metadata-0` log and its `.checkpoint` snapshots).
+`leader-epoch-checkpoint`; `checkpoint=` one of them), `snapshot` (the KRaft `__cluster_metadata-0` log and its
+`.checkpoint` snapshots; `metadata=snapshots|log` one of them).
 """
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ from ..errors import FaultError
 METADATA_DIR = "__cluster_metadata-0"
 BROKER_CHECKPOINTS = ("replication-offset-checkpoint", "recovery-point-offset-checkpoint")
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+# `checkpoint=`: the checkpoint files it names (spec/corruption.py CHECKPOINTS).
+CHECKPOINT_FILES = {"leader-epoch": (EPOCH_CHECKPOINT,), "replication-offset": (BROKER_CHECKPOINTS[0],),
+                    "recovery-point": (BROKER_CHECKPOINTS[1],), "all": (*BROKER_CHECKPOINTS, EPOCH_CHECKPOINT)}
+# `metadata=`: the suffixes of the metadata files it names (snapshots are `<offset>-<epoch>.checkpoint`).
+METADATA_SUFFIXES = {"snapshots": (".checkpoint",), "log": (".log",), "all": (".log", ".checkpoint")}
 MAX_OFFSETS_RECORDED = 10  # a file's flipped offsets kept in the evidence (the count is always whole)
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
@@ -50,14 +56,17 @@ def _segment_bases(pdir: Path, which: str) -> list[str]:
 
 
 def choose_files(log_dir: Path, file_kind: str, topic: str | None = None, partition: int | None = None,
-                 segment: str = "all") -> list[Path]:
-    """The files of `file_kind` in a node's log directory that a corruption acts on (those that exist), sorted."""
+                 segment: str = "all", checkpoint: str = "all", metadata: str = "all") -> list[Path]:
+    """The files of `file_kind` in a node's log directory that a corruption acts on (those that exist): of the
+    segments `segment` names, the checkpoints `checkpoint` names, the metadata files `metadata` names."""
     if file_kind == "snapshot":
-        mdir = log_dir / METADATA_DIR
-        return sorted(p for p in mdir.glob("*") if p.suffix in (".log", ".checkpoint")) if mdir.is_dir() else []
+        mdir, suffixes = log_dir / METADATA_DIR, METADATA_SUFFIXES[metadata]
+        return sorted(p for p in mdir.glob("*") if p.suffix in suffixes) if mdir.is_dir() else []
     dirs = partition_dirs(log_dir, topic, partition)
     if file_kind == "checkpoint":
-        found = [log_dir / name for name in BROKER_CHECKPOINTS] + [d / EPOCH_CHECKPOINT for d in dirs]
+        names = CHECKPOINT_FILES[checkpoint]
+        found = [log_dir / name for name in BROKER_CHECKPOINTS if name in names]
+        found += [d / EPOCH_CHECKPOINT for d in dirs if EPOCH_CHECKPOINT in names]
         return [p for p in found if p.is_file()]
     suffixes = {"segment": (".log",), "index": (".index", ".timeindex")}.get(file_kind)
     if suffixes is None:

@@ -258,6 +258,12 @@ def _inspect(container: str) -> dict:
     return json.loads(proc.stdout)[0]
 
 
+def container_mounts(name: str) -> list[dict]:
+    """A container's mounts as `docker inspect` lists them (`Type`, `Name`, `Source` on the engine's host,
+    `Destination` inside)."""
+    return list(_inspect(name).get("Mounts") or [])
+
+
 def container_pid(name: str) -> int:
     """PID (in this host's pid namespace) of a running container's init process (the JVM)."""
     st = _inspect(name)["State"]

@@ -26,6 +26,7 @@ import pyarrow as pa
 from .. import __version__
 from ..paths import state_dir
 from ..cluster.attached import NOT_YET, AttachedCluster
+from ..cluster.compose import refusal as compose_refusal
 from ..cluster import ExternalCluster, LocalCluster, attach, backend_class, start_cluster, unsupported_faults
 from ..cluster import docker_engine as de
 from ..cluster.heal import now
@@ -294,6 +295,11 @@ class ScenarioRun:
         if backend == "external":
             raise KafkaproofError(f"faults {', '.join(refused)} need the local cluster backend; on an existing "
                                   f"cluster (--bootstrap) only proxy, consumer and app faults apply")
+        if backend == "compose":
+            reasons = [r for r in (compose_refusal(k) for k in refused) if r]
+            if reasons:
+                raise KafkaproofError(f"faults {', '.join(refused)} are not supported by the compose cluster backend "
+                                      f"here: {'; '.join(reasons)}")
         raise KafkaproofError(f"faults {', '.join(refused)} are not supported by the {backend} cluster backend here "
                               f"(network faults need root: network namespaces and nftables)")
 

@@ -59,6 +59,9 @@ class Timeline:
         # One barrier per group of correlated faults (a `together` block): its faults start at one instant.
         self._barriers = {g: threading.Barrier(len(ps)) for g, ps in together.groups(
             [{"group": e.group} for e in self.entries]).items()}
+        # A group's trigger (a together block's `after`) is awaited once, by the first of its faults to get there.
+        self._group_locks = {g: threading.Lock() for g in self._barriers}
+        self._group_triggers: dict[int, dict | None] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -96,7 +99,7 @@ class Timeline:
             return
         annotations: dict[str, Any] = {"scenario_index": entry.index}
         if entry.after:
-            trigger = self._await_trigger(entry)
+            trigger = self._await_trigger(entry) if entry.group is None else self._group_trigger(entry)
             if trigger is None:
                 self._acknowledge(entry, "inject", error="not injected: its trigger did not happen")
                 return
@@ -157,6 +160,14 @@ class Timeline:
                 log.error("%s", msg)
                 self.run.fault_errors.append(msg)
             return False
+
+    def _group_trigger(self, entry: TimelineFault) -> dict | None:
+        """The trigger of the entry's group, awaited once (by the first of its faults to ask; the others wait for
+        that answer and share it), so the group's faults reach their barrier together."""
+        with self._group_locks[entry.group]:
+            if entry.group not in self._group_triggers:
+                self._group_triggers[entry.group] = self._await_trigger(entry)
+            return self._group_triggers[entry.group]
 
     def _acknowledge(self, entry: TimelineFault, action: str, **result: Any) -> None:
         if self.control is not None:

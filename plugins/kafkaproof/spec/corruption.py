@@ -18,7 +18,15 @@ FILE_KINDS = ("segment", "index", "checkpoint", "snapshot")
 MODES = ("bitflip", "truncate")
 SEGMENTS = ("active", "closed", "all")  # which segments (and their indexes) of a partition
 WHEN = ("running", "stopped")  # stopped: the node is killed first and started at the heal
-DEFAULTS = {"segment": "all", "probability": 0.01, "range_bytes": 4096, "fraction": 0.5, "when": "running"}
+# `file: checkpoint`: which checkpoint files (a partition's leader-epoch-checkpoint, the log directory's
+# replication-offset-checkpoint and recovery-point-offset-checkpoint), or all of them.
+CHECKPOINTS = ("leader-epoch", "replication-offset", "recovery-point", "all")
+# `file: snapshot`: the KRaft `__cluster_metadata-0` snapshots (`.checkpoint`), its log segments (`.log`), or both.
+METADATA = ("snapshots", "log", "all")
+# A parameter that narrows one file kind: the kinds it is for.
+NARROWS = {"segment": ("segment", "index"), "checkpoint": ("checkpoint",), "metadata": ("snapshot",)}
+DEFAULTS = {"segment": "all", "checkpoint": "all", "metadata": "all", "probability": 0.01, "range_bytes": 4096,
+            "fraction": 0.5, "when": "running"}
 
 
 def param(params: Mapping[str, Any], name: str) -> Any:
@@ -29,11 +37,13 @@ def param(params: Mapping[str, Any], name: str) -> Any:
 def check_corruption_params(params: Mapping[str, Any], where: str) -> None:
     """Pure: the values of a `file_corrupt` fault's parameters (their types are the registry's); FaultError
     naming `where`.params.<name> and what is allowed otherwise."""
-    for name, allowed in (("file", FILE_KINDS), ("mode", MODES), ("segment", SEGMENTS), ("when", WHEN)):
+    for name, allowed in (("file", FILE_KINDS), ("mode", MODES), ("segment", SEGMENTS), ("checkpoint", CHECKPOINTS),
+                          ("metadata", METADATA), ("when", WHEN)):
         if name in params and params[name] not in allowed:
             raise FaultError(f"{where}.params.{name}: {params[name]!r} is not allowed; allowed: {', '.join(allowed)}")
-    if "segment" in params and params.get("file") not in ("segment", "index"):
-        raise FaultError(f"{where}.params.segment: only for file: segment or index (their segments)")
+    for name, kinds in NARROWS.items():
+        if name in params and params.get("file") not in kinds:
+            raise FaultError(f"{where}.params.{name}: only for file: {' or '.join(kinds)}")
     mode = params.get("mode")
     for name in ("probability", "range_bytes"):
         if name in params and mode != "bitflip":

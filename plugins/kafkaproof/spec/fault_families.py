@@ -244,14 +244,15 @@ LOG_DIR = FamilySpec(
     colors={"log_dir_failure": "#7f7f7f"})
 # Files of a node's log directory (segments, indexes, checkpoints, the KRaft metadata log and snapshots) with
 # bits flipped or cut short (spec/corruption.py, cluster/corrupt.py; docs/corruption.md). Nothing heals the data:
-# that is the point; a node corrupted while stopped (`when: stopped`) is started at the heal.
+# that is the point; a node corrupted while stopped (`when: stopped`) is started at the heal, and one that refuses
+# its damaged files (exits at its start) is the fault's outcome, recorded in the heal (`start_refused`).
 CORRUPTION = FamilySpec(
     "corruption",
     {"file_corrupt": {"file": (str, True), "mode": (str, True), "segment": (str, False),
-                      "partition": ((int, str), False),
+                      "checkpoint": (str, False), "metadata": (str, False), "partition": ((int, str), False),
                       "probability": (_NUM, False), "range_bytes": (int, False), "fraction": (_NUM, False),
                       "when": (str, False), "seed": (int, False), "allow_majority": (bool, False)}},
-    effect_fields=("corrupted", "node_states"), undo=("restart",),
+    effect_fields=("corrupted", "node_states"), heal_fields=("start_refused",), undo=("restart",),
     check=lambda kind, params, where: check_corruption_params(params, where), colors={"file_corrupt": "#7f2704"})
 # A consumer process of the run (target `consumer:<i>`) killed, stopped or paused; the run starts it again
 # at heal, a killed or stopped one with `params.config` over `consumers.config` when given (an online

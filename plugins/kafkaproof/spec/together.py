@@ -1,8 +1,9 @@
 """Correlated faults: a timeline entry `{at: <s>, together: [2..8 faults]}` whose faults start at the same instant.
 
 Pure. A `together` block is expanded, when its scenario is loaded, into ordinary timeline entries that share
-the block's `at` and a `group` (the block's position in the file's `faults`); the run holds every fault of a
-group at one barrier (run/timeline.py) and injects them at once, and the analysis judges `faults_together`
+the block's `at`, its `after` (one trigger for the whole block) and a `group` (the block's position in the
+file's `faults`); the run awaits a group's trigger once, holds every fault of the group at one barrier
+(run/timeline.py) and injects them at once, and the analysis judges `faults_together`
 (docs/analysis.md). A group whose faults cannot run at once is refused here: two rolls of one node, two faults
 that change one node's process (kill, stop, pause, restart, power_loss, a roll), the same kind twice on one node.
 docs: docs/scenario-format.md "Correlated faults".
@@ -26,7 +27,7 @@ _EVERY = ("all", "brokers")
 
 def member_schema(fault_item: Mapping[str, Any]) -> dict[str, Any]:
     """Pure: the schema of one fault of a `together` block: a timeline fault without `at`, `after` or `group`
-    (the block has the time; a trigger would start one fault later than the others)."""
+    (the block has the time and the trigger: one of its own would start one fault later than the others)."""
     props = {k: v for k, v in fault_item["properties"].items() if k not in ("at", "after", "group")}
     return {"type": "object", "additionalProperties": False, "required": ["kind"], "properties": props}
 
@@ -36,6 +37,9 @@ def timeline_item_schema(fault_item: Mapping[str, Any]) -> dict[str, Any]:
     so a mistake is reported against the form it was meant as)."""
     block = {"type": "object", "additionalProperties": False, "required": ["at", "together"],
              "properties": {"at": fault_item["properties"]["at"],
+                            "after": {**fault_item["properties"]["after"],
+                                      "description": "from `at` on, wait for this state once; then every fault of "
+                                                     "the block starts at the same instant"},
                             "together": {"type": "array", "minItems": MIN_TOGETHER, "maxItems": MAX_TOGETHER,
                                          "items": member_schema(fault_item),
                                          "description": f"{MIN_TOGETHER} to {MAX_TOGETHER} faults that start at "
@@ -44,14 +48,15 @@ def timeline_item_schema(fault_item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def expand(faults: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Pure: the timeline with each `together` block replaced by its faults, each with the block's `at` and
-    `group` (the block's position in `faults`); other entries as they are."""
+    """Pure: the timeline with each `together` block replaced by its faults, each with the block's `at`, its
+    `after` when it has one, and `group` (the block's position in `faults`); other entries as they are."""
     out: list[dict[str, Any]] = []
     for i, entry in enumerate(faults):
         if "together" not in entry:
             out.append(dict(entry))
             continue
-        out += [{"at": entry["at"], **member, "group": i} for member in entry["together"]]
+        trigger = {"after": dict(entry["after"])} if entry.get("after") else {}
+        out += [{"at": entry["at"], **member, **trigger, "group": i} for member in entry["together"]]
     return out
 
 
@@ -93,9 +98,9 @@ def _meet(a: str, b: str, brokers: int, node_ids: list[int]) -> bool:
 
 def check_groups(faults: list[Mapping[str, Any]], brokers: int, node_ids: list[int],
                  default_target: Callable[[str], str], fail: Callable[[str, str], None]) -> None:
-    """Refuse groups whose faults cannot run at once (`fail(field, message)`): 2..8 faults with one `at` and no
-    trigger, not two rolls of one node, not two process-changing faults on one node, not one kind twice on
-    one node. `default_target(kind)`: what a left-out target means."""
+    """Refuse groups whose faults cannot run at once (`fail(field, message)`): 2..8 faults with one `at` and one
+    trigger (the block's `after`, or none), not two rolls of one node, not two process-changing faults on one
+    node, not one kind twice on one node. `default_target(kind)`: what a left-out target means."""
     for group, positions in groups(faults).items():
         where = f"faults[{group}].together"
         if not MIN_TOGETHER <= len(positions) <= MAX_TOGETHER:
@@ -103,9 +108,11 @@ def check_groups(faults: list[Mapping[str, Any]], brokers: int, node_ids: list[i
                         f"{MIN_TOGETHER} to {MAX_TOGETHER}")
         if len({faults[p]["at"] for p in positions}) > 1:
             fail(where, f"the faults of group {group} have different `at`s; they start at one instant")
-        for p in positions:
-            if faults[p].get("after"):
-                fail(f"faults[{p}].after", f"a fault of group {group} starts with the others, not on a trigger")
+        first = faults[positions[0]].get("after")
+        for p in positions[1:]:
+            if faults[p].get("after") != first:
+                fail(f"faults[{p}].after", f"a fault of group {group} starts with the others, on the group's one "
+                                           f"trigger: give `after` to the together block, not to one of its faults")
         for n, p in enumerate(positions):
             for q in positions[n + 1:]:
                 a, b = faults[p], faults[q]

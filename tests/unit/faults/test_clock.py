@@ -10,7 +10,7 @@ import yaml
 from support import REPO, load_analysis_job
 
 from kafkaproof.cluster import clock
-from kafkaproof.cluster.compose import ComposeCluster
+from kafkaproof.cluster.compose import ComposeCluster, refusal as compose_refusal
 from kafkaproof.errors import ClusterError, FaultError, ScenarioError
 from kafkaproof.spec import scenario as scenario_mod
 from kafkaproof.spec.cluster import ClusterConfig, cluster_config
@@ -68,7 +68,7 @@ def test_offset_files_and_the_environment_a_node_starts_with(tmp_path, monkeypat
 
 def test_compose_refuses_clock_faults_with_the_reason():
     assert "clock_skew" not in ComposeCluster.supported_for()
-    assert "needs the local backend" in ComposeCluster.unsupported_reason(None, "clock_skew")
+    assert "needs the local backend" in compose_refusal("clock_skew")
 
 
 def _fault(params, effect):

@@ -13,12 +13,13 @@ import yaml
 from support import load_analysis_job
 
 from kafkaproof.cluster.attached import AttachedCluster
-from kafkaproof.cluster.compose import ComposeCluster
+from kafkaproof.cluster.compose import ComposeCluster, refusal as compose_refusal
 from kafkaproof.cluster.corrupt import bitflip, choose_files, corrupt_files, truncate
 from kafkaproof.errors import FaultError, ScenarioError
 from kafkaproof.faults import FaultInjector, check_fault
 from kafkaproof.faults.families import handler_for
-from kafkaproof.faults.families.corruption import target_partition
+from kafkaproof.faults.families import corruption as corruption_mod
+from kafkaproof.faults.families.corruption import refusal_line, target_partition
 from kafkaproof.spec import scenario as scenario_mod
 from kafkaproof.spec.corruption import scenario_majority_problem
 from kafkaproof.spec.faults import CORRUPTION_KINDS, FAULT_KINDS, FaultSpec
@@ -48,7 +49,15 @@ def test_parameters_are_checked_before_anything_starts():
              ({**SEGMENT, "fraction": 0.5}, "fault.params.fraction: only for mode: truncate"),
              ({"file": "segment", "mode": "truncate", "fraction": 1}, r"fault.params.fraction: must be in \[0, 1\)"),
              ({**SEGMENT, "partition": "orders"}, "fault.params.partition: 'orders' is not a partition"),
-             ({**SEGMENT, "allow_majority": "yes"}, "fault.params.allow_majority: expected bool")]
+             ({**SEGMENT, "allow_majority": "yes"}, "fault.params.allow_majority: expected bool"),
+             ({"file": "checkpoint", "mode": "truncate", "checkpoint": "offsets"},
+              "fault.params.checkpoint: 'offsets' is not allowed; allowed: leader-epoch, replication-offset, "
+              "recovery-point, all"),
+             ({**SEGMENT, "checkpoint": "leader-epoch"}, "fault.params.checkpoint: only for file: checkpoint"),
+             ({"file": "snapshot", "mode": "bitflip", "metadata": "quorum"},
+              "fault.params.metadata: 'quorum' is not allowed; allowed: snapshots, log, all"),
+             ({"file": "checkpoint", "mode": "bitflip", "metadata": "log"}, "fault.params.metadata: only for file: "
+                                                                             "snapshot")]
     for params, message in cases:
         with pytest.raises(FaultError, match=message):
             check_fault(FaultSpec("file_corrupt", "leader:0", params))
@@ -88,10 +97,46 @@ def test_a_scenario_names_the_field_of_a_majority_or_an_unknown_file_kind(tmp_pa
         scenario_mod.load(_scenario(tmp_path, {"target": "leader:0", "params": {"file": "journal", "mode": "bitflip"}}))
 
 
-def test_only_the_local_backend_corrupts_files_and_the_others_say_why():
-    assert not set(CORRUPTION_KINDS) & ComposeCluster.supported_for()
-    assert "a compose cluster's log directories are volumes" in ComposeCluster.unsupported_reason(None, "file_corrupt")
+def test_compose_corrupts_its_volumes_only_with_the_engine_here_and_an_attached_project_never(tmp_path):
+    import socket
+    sock_path = tmp_path / "docker.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    try:
+        here, elsewhere = f"unix://{sock_path}", "tcp://10.0.0.9:2376"
+        assert set(CORRUPTION_KINDS) <= ComposeCluster.supported_for(here)
+        assert not set(CORRUPTION_KINDS) & ComposeCluster.supported_for(elsewhere)
+        assert compose_refusal("file_corrupt", here) is None
+        assert "the Docker engine tcp://10.0.0.9:2376 runs on another machine (its volumes are there)" in \
+            compose_refusal("file_corrupt", elsewhere)
+        assert "needs the local backend" in compose_refusal("disk_full", here)
+    finally:
+        sock.close()
     assert not set(CORRUPTION_KINDS) & AttachedCluster.supported_for()
+
+
+def test_a_compose_nodes_log_directory_is_its_data_volume_on_this_host(tmp_path, monkeypatch):
+    import kafkaproof.cluster.compose as compose_mod
+    from types import SimpleNamespace
+    volume = tmp_path / "volumes" / "p_kafka1-data" / "_data"
+    volume.mkdir(parents=True)
+    mounts = [{"Type": "bind", "Source": "/etc/hosts", "Destination": "/etc/hosts"},
+              {"Type": "volume", "Source": str(volume), "Destination": compose_mod.DATA_DIR}]
+    monkeypatch.setattr(compose_mod.de, "container_mounts", lambda name: mounts)
+    engine = {"url": "tcp://10.0.0.9:2376"}
+    cluster = ComposeCluster.__new__(ComposeCluster)
+    cluster.state = lambda: SimpleNamespace(engine=engine["url"])
+    cluster.node = lambda n: SimpleNamespace(container=f"p-kafka{n}")
+    with pytest.raises(FaultError, match="runs on another machine"):
+        cluster.log_dir(1)
+    monkeypatch.setattr(compose_mod, "corruption_refusal", lambda engine: None)
+    assert cluster.log_dir(1) == volume
+    mounts.pop()
+    with pytest.raises(FaultError, match="container p-kafka1 mounts nothing at /var/lib/kafka/data"):
+        cluster.log_dir(1)
+    mounts.append({"Source": str(tmp_path / "in-a-vm"), "Destination": compose_mod.DATA_DIR})
+    with pytest.raises(FaultError, match="is no directory of this host"):
+        cluster.log_dir(1)
 
 
 def log_dir(tmp_path: Path) -> Path:
@@ -136,6 +181,11 @@ def test_each_file_kind_chooses_its_files_of_the_chosen_partitions(tmp_path):
     assert names("snapshot") == ["__cluster_metadata-0/00000000000000000000.log",
                                  "__cluster_metadata-0/00000000000000000050-0000000001.checkpoint"]
     assert names("segment", "payments", None) == []
+    assert names("checkpoint", "orders", 0, checkpoint="leader-epoch") == ["orders-0/leader-epoch-checkpoint"]
+    assert names("checkpoint", "orders", None, checkpoint="replication-offset") == ["replication-offset-checkpoint"]
+    assert names("checkpoint", "orders", 0, checkpoint="recovery-point") == ["recovery-point-offset-checkpoint"]
+    assert names("snapshot", metadata="snapshots") == ["__cluster_metadata-0/00000000000000000050-0000000001.checkpoint"]
+    assert names("snapshot", metadata="log") == ["__cluster_metadata-0/00000000000000000000.log"]
 
 
 def test_a_bitflip_flips_one_bit_per_chosen_range_and_a_truncation_cuts_the_tail(tmp_path):
@@ -199,8 +249,21 @@ class FakeCluster:
     def wait_node_listening(self, n, timeout_s=60):
         self.calls.append(("listening", n))
 
+    refuses: dict[int, str] = {}  # node -> what its log says before it exits at a start
+    hangs: set[int] = set()  # nodes that neither start nor exit
+
     def node_state(self, n):
+        if n in self.refuses and ("start", n) in self.calls:
+            return "dead"
         return "dead" if self.calls and self.calls[-1][0] == "stop" else "running"
+
+    def node_log_since_start(self, n):
+        if n in self.refuses:
+            return self.refuses[n]
+        return "" if n in self.hangs else "[KafkaRaftServer nodeId=1] Kafka Server started"
+
+    def log_hint(self, n):
+        return f"node-{n}/server.log"
 
     def record_fault(self, fault):
         self.faults.append(fault)
@@ -236,7 +299,7 @@ def test_a_running_node_is_corrupted_at_once_and_a_stopped_one_started_at_the_he
     assert cut.heal == {"restart": [1]} and cluster.calls == [("stop", 1, False)]
     assert (cluster.dirs[1] / "orders-0" / "00000000000000001000.log").stat().st_size == 5120
     injector.heal(cut.fault_id)
-    assert cluster.calls[1:] == [("start", 1), ("listening", 1)]
+    assert cluster.calls[1:] == [("start", 1)]  # then its log says it started
     inject = [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()][2]
     assert inject["effect"]["node_states"] == {"1": "dead"}
     assert inject["effect"]["corrupted"]["1"] == [
@@ -277,3 +340,50 @@ def test_the_verdict_takes_a_corruption_only_when_every_targeted_nodes_files_cha
     assert job.fault_effect(_fault([1, 3], {"1": [flipped]})) == (
         False, "node 1: orders-0/00000000000000000000.log (2 bits flipped); node 3: no file of the kind found")
     assert job.fault_effect(_fault([], {}))[0] is False
+
+
+REFUSED_LOG = """[2026-11-28 20:01:02,100] INFO Loading logs from log dirs ArrayBuffer(/d) (kafka.log.LogManager)
+[2026-11-28 20:01:02,300] ERROR Error while loading log dir /d (kafka.log.LogManager)
+java.lang.IllegalStateException: Expected [1] entries but found only [0]
+	at org.apache.kafka.server.common.CheckpointFile$CheckpointReadBuffer.read(CheckpointFile.java:164)
+[2026-11-28 20:01:02,400] ERROR Shutdown broker because all log dirs in /d have failed (kafka.log.LogManager)
+"""
+
+
+def test_kafkas_own_exception_line_says_why_a_node_refused_to_start():
+    assert refusal_line(REFUSED_LOG) == "java.lang.IllegalStateException: Expected [1] entries but found only [0]"
+    fatal = ("[2026-11-28 20:01:02,100] ERROR Encountered fatal fault: Error loading snapshot "
+             "(org.apache.kafka.server.fault.ProcessTerminatingFaultHandler)\n"
+             "org.apache.kafka.common.errors.CorruptRecordException: Record size 0 is less than the minimum\n")
+    assert refusal_line(fatal) == ("org.apache.kafka.common.errors.CorruptRecordException: Record size 0 is less than "
+                                   "the minimum")
+    inline = "[x] ERROR [RaftManager id=101] Had an exception org.apache.kafka.raft.CorruptSnapshotException: bad (y)"
+    assert refusal_line(inline) == inline
+    assert refusal_line("[x] ERROR Shutdown broker because all log dirs in /d have failed (z)") == (
+        "[x] ERROR Shutdown broker because all log dirs in /d have failed (z)")
+    assert refusal_line("INFO nothing wrong\nstarting") is None
+
+
+def test_a_node_that_refuses_its_damaged_files_is_the_outcome_and_one_that_hangs_a_failed_heal(tmp_path, monkeypatch):
+    injector, cluster = _injector(tmp_path, monkeypatch)
+    cluster.refuses = {1: REFUSED_LOG}
+    cut = injector.inject(FaultSpec("file_corrupt", "node:1", {"file": "checkpoint", "checkpoint": "leader-epoch",
+                                                               "mode": "truncate", "when": "stopped", "partition": 0}))
+    assert (cluster.dirs[1] / "orders-0" / "leader-epoch-checkpoint").stat().st_size == 4  # 8 bytes cut to 4
+    injector.heal(cut.fault_id)
+    heal = [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()][-1]
+    assert heal["event"] == "heal" and heal["start_refused"] == {
+        "1": "java.lang.IllegalStateException: Expected [1] entries but found only [0]"}
+    effect = job.fault_effect({"kind": "file_corrupt", "target": "node:1", "nodes": [1], "params": "{}",
+                               "effect": json.dumps({"corrupted": {"1": [{"file": "orders-0/leader-epoch-checkpoint",
+                                                                         "size": 8, "cut": 4}]},
+                                                     "start_refused": heal["start_refused"]})})
+    assert effect == (True, "node 1: orders-0/leader-epoch-checkpoint (4 of 8 bytes cut); node 1 refused to start on "
+                            "them: java.lang.IllegalStateException: Expected [1] entries but found only [0]")
+    monkeypatch.setattr(corruption_mod, "START_WAIT_S", 0.5)
+    cluster.hangs = {2}
+    stuck = injector.inject(FaultSpec("file_corrupt", "node:2", {"file": "snapshot", "mode": "bitflip",
+                                                                 "metadata": "snapshots", "when": "stopped"}))
+    with pytest.raises(FaultError, match=r"node 2 neither started nor exited within 0.5s; see node-2/server.log"):
+        injector.heal(stuck.fault_id)
+    assert [f["fault_id"] for f in cluster.faults] == [stuck.fault_id]  # still active: a failed heal

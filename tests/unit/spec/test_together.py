@@ -71,3 +71,49 @@ def test_a_combination_of_an_unknown_kind_is_refused():
     with pytest.raises(ScenarioError, match="combinations"):
         _load({"random": {"kinds": [{"kind": "kill"}], "interval_s": [1, 2], "duration_s": [1, 2],
                           "combinations": [{"faults": [{"kind": "kill"}, {"kind": "explode"}]}]}})
+
+
+def test_a_together_block_may_wait_for_one_trigger_for_all_its_faults():
+    after = {"event": "isr_shrunk", "partition": 0, "timeout_s": 30}
+    data = _load([{"at": 4, "after": after, "together": [{"kind": "kill", "target": "node:1"},
+                                                          {"kind": "pause", "target": "node:2", "duration": 2}]}],
+                 topic={"replication_factor": 3})
+    assert [(f["kind"], f["at"], f["after"], f["group"]) for f in data["faults"]] == [
+        ("kill", 4, after, 0), ("pause", 4, after, 0)]
+    entries = scenario_mod.Scenario("t", "", data).timeline()
+    assert [e.after for e in entries] == [after, after] and "after isr_shrunk 0" in entries[0].describe()
+    with pytest.raises(ScenarioError, match=r"faults.0.together.1: unknown field\(s\) 'after'"):
+        _load([{"at": 4, "together": [{"kind": "kill", "target": "node:1"},
+                                      {"kind": "pause", "target": "node:2", "after": after}]}])
+    with pytest.raises(ScenarioError, match=r"faults\[1\].after: a fault of group 0 starts with the others, on the "
+                                            r"group's one trigger"):
+        _load([{"at": 4, "kind": "kill", "target": "node:1", "group": 0, "after": after},
+               {"at": 4, "kind": "pause", "target": "node:2", "group": 0}], topic={"replication_factor": 3})
+    with pytest.raises(ScenarioError, match=r"faults\[\d\].after.partition: partition 5 does not exist"):
+        _load([{"at": 4, "after": {"event": "isr_shrunk", "partition": 5},
+                "together": [{"kind": "kill", "target": "node:1"}, {"kind": "pause", "target": "node:2"}]}],
+              topic={"replication_factor": 3})
+
+
+def test_the_run_awaits_a_groups_trigger_once_and_its_faults_share_the_answer():
+    import threading
+    import time
+    from types import SimpleNamespace
+    from kafkaproof.run.timeline import Timeline
+    timeline = Timeline.__new__(Timeline)
+    timeline._group_locks, timeline._group_triggers = {0: threading.Lock()}, {}
+    calls = []
+
+    def await_trigger(entry):
+        calls.append(entry.index)
+        time.sleep(0.2)
+        return {"trigger": {"event": "isr_shrunk", "waited_s": 0.2}}
+    timeline._await_trigger = await_trigger
+    got = []
+    threads = [threading.Thread(target=lambda i=i: got.append(timeline._group_trigger(SimpleNamespace(index=i, group=0))))
+               for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and got == [{"trigger": {"event": "isr_shrunk", "waited_s": 0.2}}] * 3

@@ -37,7 +37,7 @@ from typing import Any, Mapping
 from ..errors import ClusterError, ClusterNotRunning
 from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
 from ..spec.fault_families import kinds_needing
-from ..spec.faults import CLOCK_KINDS, CORRUPTION_KINDS, DISK_KINDS, FAULT_KINDS
+from ..spec.faults import CLOCK_KINDS, CORRUPTION_KINDS, DISK_KINDS, FAULT_KINDS, QUORUM_KINDS
 from . import docker_engine as de
 from . import host, network, state
 from .base import StatefulCluster
@@ -182,7 +182,7 @@ class ComposeCluster(ContainerNodes, StatefulCluster):
 
     @property
     def supported_faults(self) -> frozenset[str]:
-        """Every kind but clock, disk and corruption faults: network faults enter the containers by their
+        """Every kind but clock, disk, corruption and quorum faults: network faults enter the containers by their
         namespaces or through the engine."""
         return self.supported_for()
 
@@ -190,9 +190,12 @@ class ComposeCluster(ContainerNodes, StatefulCluster):
     def supported_for() -> frozenset[str]:
         """The fault kinds a compose cluster started here will support."""
         return (frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
-                - frozenset(CORRUPTION_KINDS))
+                - frozenset(CORRUPTION_KINDS) - frozenset(QUORUM_KINDS))
 
     def unsupported_reason(self, kind: str) -> str:
+        if kind in QUORUM_KINDS:
+            return (f"quorum fault {kind!r} needs the local backend (a dynamic quorum, formatted by kafkaproof); "
+                    f"a compose cluster's quorum is static")
         if kind in CLOCK_KINDS:
             return (f"clock fault {kind!r} needs the local backend (nodes started under libfaketime); "
                     f"a compose cluster cannot move a container's clock")

@@ -7,6 +7,7 @@ new voter set committed; the tool's own JVM start, about 2 s here, included), `*
 it with a leader among the voters (docs/quorum.md)."""
 from __future__ import annotations
 
+import threading
 import time
 
 from ...cluster import quorum
@@ -17,6 +18,8 @@ from ...spec.quorum import ADDING_KINDS, REMOVING_KINDS
 from .base import FaultHandler, Injection
 
 DEFAULT_TIMEOUT_S = 60.0
+# Kafka takes one voter change at a time: a second quorum fault of a timeline waits for the first to finish.
+_ONE_CHANGE_AT_A_TIME = threading.Lock()
 
 
 def pick_spare(spares: list[int], voters: list[int], observers: list[int], given: int | None) -> int:
@@ -47,6 +50,10 @@ class QuorumHandler(FaultHandler):
                              f"Kafka 3.9 or later)")
 
     def inject(self, injector, spec: FaultSpec, nodes: list[int], fault_id: str) -> Injection:
+        with _ONE_CHANGE_AT_A_TIME:
+            return self._change(injector, spec, nodes)
+
+    def _change(self, injector, spec: FaultSpec, nodes: list[int]) -> Injection:
         cluster, params = injector.cluster, spec.params
         timeout_s = float(params.get("timeout_s", DEFAULT_TIMEOUT_S))
         before = quorum.wait_status(cluster, lambda s: True, "a quorum leader", timeout_s)

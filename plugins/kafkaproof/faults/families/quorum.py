@@ -62,7 +62,8 @@ class QuorumHandler(FaultHandler):
         acted: list[int] = []
         status = before
         if spec.kind in REMOVING_KINDS:
-            victim = nodes[0]
+            # `controller`: the quorum leader as the tool sees it now (another change may have moved it meanwhile)
+            victim = before.leader if spec.resolved_target == "controller" else nodes[0]
             if victim not in before.voters:
                 raise FaultError(f"{spec.kind}: node {victim} is no voter (voters {before.voters})")
             if len(before.voters) == 1:

@@ -189,3 +189,35 @@ def test_the_quorum_condition_reads_the_last_change_and_counts_the_elections():
     (none,) = job.exercise_results([], [{"check": "quorum", "voter_count": 3}], [], {}, {}, 0, {}, t0=0)
     assert not none["held"] and "no quorum fault" in none["evidence"]
     assert quorum.spare_ids(3, 2) == [104, 105] and quorum.spare_ids(0, 1) == [101]
+
+
+def test_a_replacement_removes_the_leader_then_adds_the_free_spare_and_records_both(monkeypatch):
+    from kafkaproof.cluster import quorum as cq
+    from kafkaproof.cluster.quorum import QuorumStatus
+    voters, observers, epoch, calls = [101, 102, 103], [1, 104], [1], []
+
+    def describe(cluster):
+        leader = voters[0] if 101 in voters else 102
+        return QuorumStatus(leader, epoch[0], sorted(voters), {v: f"dir{v}" for v in voters}, sorted(observers))
+
+    def remove(cluster, node, directory):
+        calls.append(("remove", node, directory))
+        voters.remove(node), observers.append(node)
+        epoch[0] += 1
+
+    def add(cluster, node):
+        calls.append(("add", node))
+        voters.append(node), observers.remove(node)
+
+    monkeypatch.setattr(cq, "describe", describe)
+    monkeypatch.setattr(cq, "remove_controller", remove)
+    monkeypatch.setattr(cq, "add_controller", add)
+    monkeypatch.setattr(cq, "spare_ids", lambda cluster: [104])
+    monkeypatch.setattr(cq, "mark_changed", lambda cluster: calls.append(("changed",)))
+    cluster = type("C", (), {"node_state": lambda self, n: "running"})()
+    injector = type("I", (), {"cluster": cluster})()
+    done = HANDLERS["quorum"].inject(injector, FaultSpec("replace_controller"), [102], "f")
+    assert calls == [("remove", 101, "dir101"), ("add", 104), ("changed",)]  # the leader, not the stale target
+    record = done.effect["quorum"]
+    assert (record["voters_before"], record["voters_after"], record["elections"]) == ([101, 102, 103], [102, 103, 104], 1)
+    assert done.nodes == [101, 104] and done.over and done.heal == {}

@@ -53,7 +53,8 @@ def cmd_cluster_up(args) -> int:
                         network=args.network, heap=args.heap, jit=args.jit, proxy=args.proxy,
                         backend=args.backend, image=args.image, compose_file=args.compose_file, clock=args.clock,
                         disk=args.disk, log_dirs=args.log_dirs, client_security=args.security,
-                        sasl_mechanism=args.sasl_mechanism)
+                        sasl_mechanism=args.sasl_mechanism, quorum=args.quorum,
+                        spare_controllers=args.spare_controllers)
     cluster = start_cluster(cfg)
     if args.json:
         print(json.dumps(cluster.status(), indent=2))
@@ -566,6 +567,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "slow or fill them, or cut a node's power (docs/disk.md)")
     up.add_argument("--log-dirs", type=int, default=1, metavar="N",
                     help="local backend: N log directories per broker (JBOD; with --disk, log_dir_failure fails one)")
+    up.add_argument("--quorum", choices=("static", "dynamic"), default="static",
+                    help="local backend, Kafka 3.9+: a dynamic KRaft quorum (KIP-853), so add_controller, "
+                         "remove_controller and replace_controller faults can change its voters (docs/quorum.md)")
+    up.add_argument("--spare-controllers", type=int, default=0, metavar="N",
+                    help="with --quorum dynamic: N dedicated controllers started as observers, for add_controller")
     up.add_argument("--bootstrap", metavar="HOST:PORT[,...]",
                     help="do not start brokers: front the existing cluster at these bootstrap servers with one "
                          "fault proxy per broker (proxy faults only; `cluster down` stops the proxies)")

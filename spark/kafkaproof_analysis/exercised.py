@@ -233,6 +233,54 @@ def log_dir_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any
         f"node {n} {'took' if offline[n] else 'did NOT take'} {d} offline" for n, d in sorted(dirs.items()))
 
 
+def quorum_effect(kind: str, fault: Mapping[str, Any], effect: Mapping[str, Any]) -> tuple[bool, str]:
+    """Pure: a quorum fault took effect when the voters changed as its kind says (the removed controller no voter,
+    the added one a voter) and the quorum had a leader among them afterwards; the evidence: voters before and
+    after, how long each change took, the elections (epoch changes)."""
+    q = effect.get("quorum") or {}
+    if not q:
+        return False, f"no quorum change was recorded: {effect.get('effect_error') or 'no record'}"
+    after = list(q.get("voters_after") or [])
+    removed, added = q.get("removed"), q.get("added")
+    held = bool(after) and q.get("leader_after") in after
+    if kind != "add_controller":  # it removes a voter (remove_controller, replace_controller)
+        held = held and removed is not None and removed not in after
+    if kind != "remove_controller":  # it adds one (add_controller, replace_controller)
+        held = held and added is not None and added in after
+    parts = [f"voters {q.get('voters_before')} → {after}"]
+    if removed is not None:
+        parts.append(f"{removed} removed in {q.get('remove_s')} s")
+    if added is not None:
+        parts.append(f"{added} added in {q.get('add_s')} s")
+    parts.append(f"leader {q.get('leader_before')} → {q.get('leader_after')}, epoch {q.get('epoch_before')} → "
+                 f"{q.get('epoch_after')} ({q.get('elections', 0)} election{'' if q.get('elections') == 1 else 's'})")
+    return held, "; ".join(parts)
+
+
+def quorum_condition(cond: Mapping[str, Any], faults: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+    """Pure: the `quorum` condition: the voters after the last quorum fault (by start) are `voters` exactly /
+    `voter_count` many, and the quorum faults saw at least `min_elections` elections between them."""
+    changes = sorted(((int(f["start_ns"]), json.loads(f.get("effect") or "{}").get("quorum"))
+                      for f in faults if family_of(f) == "quorum"), key=lambda c: c[0])
+    changes = [q for _, q in changes if q]
+    if not changes:
+        return False, "no quorum fault recorded a change"
+    final = sorted(changes[-1].get("voters_after") or [])
+    elections = sum(int(q.get("elections") or 0) for q in changes)
+    held, said = True, [f"voters at the end {final}", f"{elections} election{'' if elections == 1 else 's'} during "
+                                                       f"{len(changes)} quorum change{'' if len(changes) == 1 else 's'}"]
+    if "voters" in cond:
+        held = held and final == sorted(cond["voters"])
+        said[0] += f" (want {sorted(cond['voters'])})"
+    if "voter_count" in cond:
+        held = held and len(final) == int(cond["voter_count"])
+        said[0] += f" (want {cond['voter_count']} voters)"
+    if "min_elections" in cond:
+        held = held and elections >= int(cond["min_elections"])
+        said[1] += f" (need {cond['min_elections']})"
+    return held, "; ".join(said)
+
+
 FAMILY_JUDGES = {
     "process": process_effect,
     "network": network_effect,
@@ -242,6 +290,7 @@ FAMILY_JUDGES = {
     "disk": disk_effect,
     "log_dir": log_dir_effect,
     "corruption": corruption_effect,
+    "quorum": quorum_effect,
     "consumer": consumer_effect,
     "app": app_effect,
 }
@@ -323,6 +372,9 @@ def exercise_results(faults: Sequence[Mapping[str, Any]], conditions: Sequence[M
                  else outcomes.get("failed" if which == "fail" else "indefinite", 0))
             subject, held = f"{which} sends", n >= want
             evidence = f"{n} {which} sends (need {want})"
+        elif check == "quorum":
+            subject = "controller quorum"
+            held, evidence = quorum_condition(c, faults)
         else:
             evidence = f"unknown check {check!r}"
         out.append({"check": check, "subject": subject, "fault_id": None, "held": held, "evidence": evidence,

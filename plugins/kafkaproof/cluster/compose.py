@@ -37,7 +37,7 @@ from typing import Any, Mapping
 from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..spec.cluster import COMPOSE_SUBNET_PREFIX, ClusterConfig, NodeLink, compose_topology, new_cluster_id
 from ..spec.fault_families import kinds_needing
-from ..spec.faults import CLOCK_KINDS, CORRUPTION_KINDS, DISK_KINDS, FAULT_KINDS
+from ..spec.faults import CLOCK_KINDS, CORRUPTION_KINDS, DISK_KINDS, FAULT_KINDS, QUORUM_KINDS
 from . import docker_engine as de
 from . import host, network, state
 from .base import StatefulCluster
@@ -176,6 +176,9 @@ def refusal(kind: str, engine: str | None = None) -> str | None:
                 f"cluster's volumes belong to the Docker engine")
     if kind in CORRUPTION_KINDS:
         return corruption_refusal(engine or de.engine_url())
+    if kind in QUORUM_KINDS:
+        return (f"quorum fault {kind!r} needs the local backend (a dynamic quorum, formatted by kafkaproof); "
+                f"a compose cluster's quorum is static")
     return None
 
 
@@ -205,14 +208,15 @@ class ComposeCluster(ContainerNodes, StatefulCluster):
 
     @property
     def supported_faults(self) -> frozenset[str]:
-        """Every kind but clock and disk faults: network faults enter the containers by their namespaces or
-        through the engine; `file_corrupt` changes the data volumes' files when the engine runs here."""
+        """Every kind but clock, disk and quorum faults: network faults enter the containers by their namespaces
+        or through the engine; `file_corrupt` changes the data volumes' files when the engine runs here."""
         return self.supported_for(self.state().engine)
 
     @staticmethod
     def supported_for(engine: str | None = None) -> frozenset[str]:
         """The fault kinds a compose cluster on `engine` (default: the one `DOCKER_HOST` names) supports."""
-        kinds = frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
+        kinds = (frozenset(FAULT_KINDS) - frozenset(CLOCK_KINDS) - frozenset(DISK_KINDS) - frozenset(kinds_needing("disk"))
+                 - frozenset(QUORUM_KINDS))
         return kinds if corruption_refusal(engine or de.engine_url()) is None else kinds - frozenset(CORRUPTION_KINDS)
 
     def unsupported_reason(self, kind: str) -> str:

@@ -35,6 +35,7 @@ from ..paths import write_text_atomic
 from ..spec.cluster import (JIT_MODES, ClusterConfig, new_cluster_id, node_properties, plan_nodes, render_properties,
                             scram_format_args, shutdown_waves)
 from ..spec import cluster_features
+from ..spec import quorum
 from ..spec.fault_families import kinds_needing
 from ..spec.faults import CLOCK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, host, network, process, state
@@ -143,8 +144,10 @@ class LocalCluster(StatefulCluster, DiskFleet):
         if config.features:
             log.info("cluster %s: formatted with feature levels %s", self.name,
                      ", ".join(f"{k}={v}" for k, v in sorted(config.features.items())))
+        quorum_args = dynamic_quorum_format_args(config, planned)
         with ThreadPoolExecutor(max_workers=len(st.nodes)) as pool:  # each format is a JVM start
-            list(pool.map(lambda n: self._format(workdir / f"node-{n.id}", st.cluster_id, extra), st.nodes))
+            list(pool.map(lambda n: self._format(workdir / f"node-{n.id}", st.cluster_id,
+                                                 [*extra, *quorum_args.get(n.id, [])]), st.nodes))
         if config.disk:  # the formatted directory becomes the disk's backing: what format wrote is on disk
             for node in st.nodes:
                 ndir = workdir / f"node-{node.id}"
@@ -358,6 +361,16 @@ class LocalCluster(StatefulCluster, DiskFleet):
             if f.exists():
                 tail = f.read_text(errors="replace").splitlines()[-lines:]
                 log.error("last lines of node %d's log:\n%s", nid, "\n".join(tail))
+
+
+def dynamic_quorum_format_args(config: ClusterConfig, planned: Sequence[Mapping]) -> dict[int, list[str]]:
+    """The storage tool's quorum arguments of each node of a dynamic quorum (none for a static one): the initial
+    voters each get a fresh directory id (`spec.quorum.format_args`)."""
+    if config.quorum != "dynamic":
+        return {}
+    by_id = {n["id"]: n for n in planned}
+    voters = [{**by_id[v], "directory_id": new_cluster_id()} for v in config.controller_ids()]
+    return {n["id"]: quorum.format_args(n["id"], n["roles"], voters) for n in planned}
 
 
 def java_argfile(args: Sequence[str]) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import ClusterError
-from . import cluster_features, jbod
+from . import cluster_features, jbod, quorum
 from .connection import PROXY_ON_TLS, SASL_MECHANISMS, SECURITY_PROTOCOLS
 from .versions import DEFAULT_KAFKA_VERSION
 
@@ -73,6 +73,8 @@ class ClusterConfig:
     client_security: str = "PLAINTEXT"  # local: the CLIENT listener's protocol (INTERNAL and CONTROLLER stay plaintext)
     sasl_mechanism: str = "SCRAM-SHA-256"  # local, with a SASL protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
     features: Mapping[str, int] = field(default_factory=dict)  # local: format-time levels (spec/cluster_features.py)
+    quorum: str = "static"  # static (controller.quorum.voters) | dynamic (KIP-853, spec/quorum.py; local)
+    spare_controllers: int = 0  # dynamic: dedicated controllers started as observers, for add_controller
 
     def validate(self) -> "ClusterConfig":
         check_cluster_name(self.name)
@@ -102,6 +104,7 @@ class ClusterConfig:
                                f"(backend is {self.backend})")
         self._validate_security()
         self._validate_features()
+        self._validate_quorum()
         for node_id in self.node_config:
             if node_id not in self.node_ids():
                 raise ClusterError(f"node_config names node {node_id}, which this cluster does not have "
@@ -130,13 +133,30 @@ class ClusterConfig:
         if self.proxy and self.client_security in ("SSL", "SASL_SSL"):
             raise ClusterError(PROXY_ON_TLS.format(protocol=self.client_security))
 
+    def _validate_quorum(self) -> None:
+        if self.quorum not in quorum.QUORUM_MODES:
+            raise ClusterError(f"quorum must be one of {', '.join(quorum.QUORUM_MODES)}, got {self.quorum!r}")
+        if not isinstance(self.spare_controllers, int) or not 0 <= self.spare_controllers <= quorum.MAX_SPARES:
+            raise ClusterError(f"spare_controllers must be 0 to {quorum.MAX_SPARES}, got {self.spare_controllers!r}")
+        if self.quorum == "static":
+            if self.spare_controllers:
+                raise ClusterError("spare_controllers: spare controllers join a dynamic quorum (quorum: dynamic)")
+            return
+        if quorum.version_tuple(self.kafka_version) < quorum.MIN_KAFKA:
+            raise ClusterError(f"quorum: dynamic: Kafka {self.kafka_version} has no dynamic KRaft quorum (KIP-853); "
+                               f"use 3.9 or later")
+        if self.backend != "local":
+            raise ClusterError(f"quorum: dynamic: only the local backend formats a dynamic quorum (backend is "
+                               f"{self.backend})")
+
     @classmethod
     def from_layout(cls, name: str, layout: Mapping[str, Any], kafka_version: str) -> "ClusterConfig":
         """Pure: the config of a running cluster from its state file's `node_layout()` (inverse of it)."""
         return cls(name=name, brokers=layout["brokers"], controllers=layout["controllers"],
                    kafka_version=kafka_version, broker_config=dict(layout["broker_config"]),
                    node_config={int(k): dict(v) for k, v in layout["node_config"].items()},
-                   log_dirs=int(layout.get("log_dirs", 1)), features=dict(layout.get("features") or {}))
+                   log_dirs=int(layout.get("log_dirs", 1)), features=dict(layout.get("features") or {}),
+                   quorum=layout.get("quorum", "static"), spare_controllers=int(layout.get("spare_controllers", 0)))
 
     def node_layout(self) -> dict[str, Any]:
         """Pure: the nodes and their settings, as a cluster's state file records them."""
@@ -144,22 +164,28 @@ class ClusterConfig:
                   "node_config": {str(k): dict(v) for k, v in self.node_config.items()}}
         if self.features:  # only when pinned (older states: the release's defaults)
             layout["features"] = dict(self.features)
+        if self.quorum != "static":  # older states: static, no spares
+            layout.update(quorum=self.quorum, spare_controllers=self.spare_controllers)
         return {**layout, "log_dirs": self.log_dirs} if self.log_dirs > 1 else layout  # older states: 1
 
     def broker_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))
 
     def controller_ids(self) -> list[int]:
-        """Voters of the KRaft quorum."""
-        if self.controllers == 0:
-            return self.broker_ids()
-        return list(range(CONTROLLER_ID_BASE + 1, CONTROLLER_ID_BASE + 1 + self.controllers))
+        """Voters of the KRaft quorum (a dynamic quorum's initial voters)."""
+        return quorum.voter_ids(self.brokers, self.controllers)
+
+    def spare_ids(self) -> list[int]:
+        """A dynamic quorum's spare controllers (observers until added)."""
+        return quorum.spare_ids(self.controllers, self.spare_controllers)
 
     def node_ids(self) -> list[int]:
         ids = self.broker_ids()
-        return ids if self.controllers == 0 else ids + self.controller_ids()
+        return (ids if self.controllers == 0 else ids + self.controller_ids()) + self.spare_ids()
 
     def roles(self, node_id: int) -> str:
+        if node_id in self.spare_ids():
+            return "controller"
         if self.controllers == 0:
             return "broker,controller"
         return "broker" if node_id <= self.brokers else "controller"
@@ -259,10 +285,14 @@ def node_properties(config: ClusterConfig, node: dict, nodes: list[dict], workdi
                        f"INTERNAL://{node['host']}:{node['internal_port']}"]
     if "controller" in roles:
         listeners.append(f"CONTROLLER://{node['host']}:{node['controller_port']}")
+    quorum_key = "controller.quorum.voters"
+    if config.quorum == "dynamic":  # the voters live in the metadata log; nodes find them through these
+        quorum_key = "controller.quorum.bootstrap.servers"
+        voters = quorum.bootstrap_servers([by_id[v] for v in config.controller_ids()])
     props: dict[str, Any] = {
         "node.id": node["id"],
         "process.roles": roles,
-        "controller.quorum.voters": voters,
+        quorum_key: voters,
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(listeners),
         "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -398,4 +428,5 @@ def cluster_config(data: dict, name: str, base: Path | None = None) -> ClusterCo
                          proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"),
                          image=c.get("image"), compose_file=compose_file, clock=bool(c.get("clock", False)),
                          disk=bool(c.get("disk", False)), log_dirs=int(c.get("log_dirs", 1)),
-                         features=cluster_features.pinned_features(c))
+                         features=cluster_features.pinned_features(c),
+                         quorum=c.get("quorum", "static"), spare_controllers=int(c.get("spare_controllers", 0)))

@@ -288,9 +288,32 @@ APP = FamilySpec(
     check=lambda kind, params, where: _check_app(params, where),
     colors={"kill": "#a50f15", "stop": "#c51b8a", "pause": "#6a51a3", "restart": "#636363"})
 
+# The controller quorum changed (KIP-853, spec/quorum.py, docs/quorum.md): a spare controller added as a voter
+# (`node`: which spare; default the first that is no voter), a voter removed (target: the active controller by
+# default, or `node:<id>`), or replaced (removed, then a fresh spare added). Over once done: the change is the
+# point, nothing heals it. Needs a dynamic quorum (`cluster.quorum: dynamic`, local backend).
+_QUORUM_WAIT = {"timeout_s": (_NUM, False)}
+
+
+def _check_quorum(kind: str, params: Mapping[str, Any], where: str) -> None:
+    if params.get("timeout_s", 1) <= 0:
+        raise FaultError(f"{where}.params.timeout_s: must be > 0 (seconds the voters have to change)")
+    if params.get("node", 101) <= 0:
+        raise FaultError(f"{where}.params.node: must be a node id (a spare controller's)")
+
+
+QUORUM = FamilySpec(
+    "quorum",
+    {"add_controller": {"node": (int, False), **_QUORUM_WAIT},
+     "remove_controller": dict(_QUORUM_WAIT),
+     "replace_controller": {"node": (int, False), **_QUORUM_WAIT}},
+    effect_fields=("quorum",), targetless=("add_controller",), default_target="controller", check=_check_quorum,
+    actions={"add_controller": "add", "remove_controller": "remove", "replace_controller": "remove+add"},
+    colors={"add_controller": "#2ca02c", "remove_controller": "#8c6d31", "replace_controller": "#637939"})
+
 # The registry, in the order kinds are listed (CLI, schema, random draws).
 FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (PROCESS, NETWORK, PROXY, ROLLING, CLOCK, DISK, LOG_DIR,
-                                                        CORRUPTION, CONSUMER, APP)}
+                                                        CORRUPTION, QUORUM, CONSUMER, APP)}
 # The families injected on cluster nodes (the others have a target prefix of their own).
 NODE_FAMILIES = tuple(f for f in FAMILIES.values() if not f.target_prefix)
 

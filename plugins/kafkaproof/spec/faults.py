@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 from ..errors import FaultError
 from .fault_families import (CLOCK, CORRUPTION, DISK, DISK_ERRNOS, DISK_OPS, MAX_CLOCK_OFFSET_S,  # noqa: F401
-                             MAX_DISK_LATENCY_MS, NETWORK, NODE_FAMILIES, PARTITION_SHAPES, PROCESS, PROXY, PROXY_DEFAULT_API, ROLLING,
-                             TARGET_FORMS, TARGET_RE, check_disk_params, family_of)
+                             MAX_DISK_LATENCY_MS, NETWORK, NODE_FAMILIES, PARTITION_SHAPES, PROCESS, PROXY, PROXY_DEFAULT_API,
+                             QUORUM, ROLLING, TARGET_FORMS, TARGET_RE, check_disk_params, family_of)
 
 # The kinds of each family, as the registry (spec/fault_families.py) lists them; named here for their readers.
 PROCESS_KINDS = tuple(PROCESS.kinds)
@@ -24,6 +24,7 @@ ROLLING_KINDS = tuple(ROLLING.kinds)
 CLOCK_KINDS = tuple(CLOCK.kinds)
 DISK_KINDS = tuple(DISK.kinds)
 CORRUPTION_KINDS = tuple(CORRUPTION.kinds)
+QUORUM_KINDS = tuple(QUORUM.kinds)
 # Every kind injected on cluster nodes (consumer faults are the run's: spec.scenario).
 FAULT_KINDS = tuple(k for f in NODE_FAMILIES for k in f.kinds)
 ROLLING_STEP_KINDS = ROLLING.steps
@@ -35,7 +36,8 @@ FAULT_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
 # Kinds whose target is implied by params; target is optional for them.
 TARGETLESS = tuple(k for f in NODE_FAMILIES for k in f.targetless)
 # Kinds whose target may be left out, and what it then is.
-DEFAULT_TARGETS = {k: f.default_target for f in NODE_FAMILIES if f.default_target for k in f.kinds}
+DEFAULT_TARGETS = {k: f.default_target for f in NODE_FAMILIES if f.default_target for k in f.kinds
+                   if k not in f.targetless}
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import (attach as attach_spec, cluster_features, copier, jbod, pipeline_ledger, random_faults, share_group,
-               share_ledger, together, triggers)
+from . import (attach as attach_spec, cluster_features, copier, exercised, jbod, pipeline_ledger, quorum,
+               random_faults, share_group, share_ledger, together, triggers)
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .corruption import scenario_majority_problem
 from .group_protocol import check_group_protocol
@@ -39,8 +39,8 @@ KEY_DISTRIBUTIONS = ("none", "single", "uniform", "sequential")
 CONSUMER_FAULT_KINDS = tuple(CONSUMER.kinds)
 # What a fault may wait for after its `at` (faults[].after.event): the state it needs, not the clock.
 TRIGGER_EVENTS = ("consumer_commit", "isr_shrunk")
-# Conditions a scenario states to make its check meaningful (exercised[].check); docs/analysis.md defines them.
-EXERCISE_CHECKS = ("leader_change", "isr_shrink", "proxy_phase", "aborted_in_log", "consumer_restarted", "send_errors")
+# Conditions a scenario states to make its check meaningful (exercised[].check, spec/exercised.py).
+EXERCISE_CHECKS = exercised.EXERCISE_CHECKS
 TRANSACTION_ABORT_MODES = ("flush", "purge")
 DEFAULT_TRIGGER_TIMEOUT_S = 60.0
 DEFAULT_DELIVERY_WITHIN_S = 60.0
@@ -87,6 +87,7 @@ SCHEMA: dict[str, Any] = {
                           "description": "nodes run under libfaketime, so clock faults can shift their clocks "
                                          "(default: on when the timeline has a clock fault; local backend)"},
                 "log_dirs": jbod.SCHEMA,
+                **quorum.CLUSTER_SCHEMA,
                 "disk": {"type": "boolean",
                          "description": "log directories on diskfs (FUSE), so disk faults can fail them, slow "
                                         "them, fill them or cut the power (default: on when the timeline has a "
@@ -210,19 +211,7 @@ SCHEMA: dict[str, Any] = {
                                    "whatever copies the log holds: forbids `reprocessed`"},
                 "exactly_once_pipeline": pipeline_ledger.CLAIM_SCHEMA,
                 "share_group": share_ledger.CLAIM_SCHEMA}},
-        "exercised": {
-            "type": "array",
-            "description": "conditions that make the scenario's check meaningful; one not met makes the run an error",
-            "items": {"type": "object", "additionalProperties": False, "required": ["check"],
-                      "properties": {"check": {"enum": list(EXERCISE_CHECKS)},
-                                     "partition": {"type": "integer", "minimum": 0},
-                                     "consumer": {"type": "integer", "minimum": 0},
-                                     "phase": {"type": "string", "description": "proxy_phase: a proxy_events phase"},
-                                     "outcome": {"enum": ["fail", "indefinite", "any"]},
-                                     "min": {"type": "integer", "minimum": 1},
-                                     "before_fault": {"type": "integer", "minimum": 0,
-                                                      "description": "isr_shrink: seen before faults[i] was injected"},
-                                     "why": {"type": "string"}}}},
+        "exercised": exercised.SCHEMA,
         "drain": {"type": "object", "additionalProperties": False,
                   "properties": {"timeout_s": {"type": "number", "exclusiveMinimum": 0},
                                  "settle_s": {"type": "number", "minimum": 0}}},
@@ -527,7 +516,8 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
     attach_spec.check_attach(data, source)
     brokers = data["cluster"]["brokers"]
     controllers = data["cluster"]["controllers"]
-    node_ids = list(range(1, brokers + 1)) + list(range(101, 101 + controllers))
+    spares = data["cluster"].get("spare_controllers", 0)  # dedicated controllers after the others (spec/quorum.py)
+    node_ids = list(range(1, brokers + 1)) + list(range(101, 101 + controllers + spares))
     if data["cluster"].get("backend") == "compose" and not data["cluster"].get("attach"):
         try:
             compose_topology(brokers, controllers)
@@ -570,6 +560,7 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
         fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
     jbod.check(data, fail)
     cluster_features.check(data, fail)  # folds cluster.elr into cluster.features
+    quorum.check(data, fail)
     together.check_groups(data["faults"], brokers, node_ids, lambda k: FaultSpec(k).resolved_target, fail)
     proxy_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in PROXY_KINDS]
     if proxy_faults:
@@ -629,7 +620,7 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
     if data.get("random_faults"):
         _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):
-        _check_exercise(cond, f"exercised[{i}]", data, fail)
+        exercised.check_exercise(cond, f"exercised[{i}]", data, fail)
     share_group.check_share(data, fail)
     if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
@@ -728,39 +719,6 @@ def _check_rolling(fault: dict, where: str, data: dict, fail) -> None:
     if version is not None and cluster.get("image"):
         fail("cluster.image", f"a rolling_upgrade ({where}) starts each node on kafkaproof/kafka:<version>; "
                               f"a cluster on a given image cannot be rolled to another version")
-
-
-# exercised[].check -> (parameters it needs, parameters it may take)
-_EXERCISE_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "leader_change": (("partition",), ()),
-    "isr_shrink": (("partition",), ("before_fault",)),
-    "proxy_phase": (("phase",), ("min",)),
-    "aborted_in_log": ((), ("min",)),
-    "consumer_restarted": (("consumer",), ()),
-    "send_errors": ((), ("outcome", "min")),
-}
-
-
-def _check_exercise(cond: dict, where: str, data: dict, fail) -> None:
-    check = cond["check"]
-    needs, may = _EXERCISE_PARAMS[check]
-    for name in needs:
-        if name not in cond:
-            fail(f"{where}.{name}", f"required for {check}")
-    extra = sorted(set(cond) - {"check", "why", *needs, *may})
-    if extra:
-        fail(f"{where}.{extra[0]}", f"not a parameter of {check}; allowed: {', '.join(needs + may) or 'none'}")
-    if "partition" in cond and cond["partition"] >= data["topic"]["partitions"]:
-        fail(f"{where}.partition", f"partition {cond['partition']} does not exist; the topic has partitions "
-                                   f"0..{data['topic']['partitions'] - 1}")
-    if "consumer" in cond and cond["consumer"] >= data["consumers"]["count"]:
-        fail(f"{where}.consumer", f"consumer {cond['consumer']} does not exist")
-    if "before_fault" in cond and cond["before_fault"] >= len(data["faults"]):
-        fail(f"{where}.before_fault", f"faults[{cond['before_fault']}] does not exist")
-    if check == "aborted_in_log" and not data["producers"].get("transactions"):
-        fail(f"{where}.check", "aborted_in_log needs producers.transactions")
-    if check == "proxy_phase" and not data["cluster"].get("proxy"):
-        fail(f"{where}.check", "proxy_phase needs the fault proxy (a proxy fault, or cluster.proxy: true)")
 
 
 def load(path: str | Path) -> Scenario:

@@ -1,7 +1,7 @@
 """The fault families' handlers, registered in one place against the registry of `spec.fault_families`.
 
-One module per family (process, network, proxy, rolling, clock, disk, log_dir, corruption, consumer,
-app), each a handler that owns its kinds' checks past the spec's, inject, heal and "took effect" evidence
+One module per family (process, network, proxy, rolling, clock, disk, log_dir, corruption, quorum,
+consumer, app), each a handler that owns its kinds' checks past the spec's, inject, heal and "took effect" evidence
 (the `effect` record and the heal record's fields its FamilySpec lists). `FaultInjector` drives the node families' handlers; the run drives
 the consumer and app handlers (it owns the consumer processes and the application's services). README
 "Development" says how to add a family.
@@ -19,13 +19,14 @@ from .log_dir import LogDirHandler
 from .network import NetworkHandler
 from .process import ProcessHandler
 from .proxy import ProxyHandler
+from .quorum import QuorumHandler
 from .rolling import RollingHandler
 
 # Family name -> its handler on cluster nodes (the consumer and app families' handlers are made per run:
 # ConsumerHandler, AppHandler).
 HANDLERS: dict[str, FaultHandler] = {h.family.name: h for h in (
     ProcessHandler(), NetworkHandler(), ProxyHandler(), RollingHandler(), ClockHandler(), DiskHandler(),
-    LogDirHandler(), CorruptionHandler())}
+    LogDirHandler(), CorruptionHandler(), QuorumHandler())}
 
 
 def handler_for(kind: str) -> FaultHandler:

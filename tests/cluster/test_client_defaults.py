@@ -27,9 +27,10 @@ def test_each_jar_declares_its_own_defaults(jars):
     for doc, version in ((old, PRODUCTION_KAFKA_VERSION), (new, DEFAULT_KAFKA_VERSION)):
         for role in ("producer", "consumer"):
             assert set(doc[role]) == java_driver.config_names(role, version)  # every property, nothing else
-        assert "default" not in doc["producer"]["bootstrap.servers"]  # it has none: it must be given
         assert doc["producer"]["acks"]["default"] == "all"
         assert doc["consumer"]["key.deserializer"] == {"type": "CLASS"}
+    assert old["producer"]["bootstrap.servers"] == {"type": "LIST", "default": ""}  # 3.x: an empty list
+    assert new["producer"]["bootstrap.servers"] == {"type": "LIST"}  # 4.x: none, it must be given
     assert took < 20, took
 
 
@@ -39,6 +40,8 @@ def test_the_diff_from_the_production_to_the_default_version(jars):
     changed = {(c.role, c.name): (c.current, c.candidate) for c in d.changed}
     assert changed[("producer", "linger.ms")] == ("0", "5")  # KIP-1030, 4.0
     assert ("producer", "acks") not in changed
+    assert changed[("producer", "metadata.recovery.strategy")] == ("none", "rebootstrap")
+    assert changed[("admin", "enable.metrics.push")] == ("true", "false")
     assert d.only_count > 0  # properties only one of the two versions has (e.g. 3.x's removed ones)
     assert all(c.current != c.candidate for c in d.changed)
     # a scenario that sets linger.ms itself is not told its default changed

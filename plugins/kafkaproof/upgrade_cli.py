@@ -45,7 +45,8 @@ def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
     ug = sub.add_parser("upgrade-check", help="the kafka_upgrade_check DAG without Airflow: rolling scenarios, then "
                                               "each scenario on the current and the candidate version; exit 1 "
                                               "when a roll fails or the candidate is worse")
-    ug.add_argument("--scenario", action="append", help="scenario run on either version, repeatable (default: baseline)")
+    ug.add_argument("--scenario", action="append",
+                    help="scenario run on either version, repeatable (default: baseline)")
     ug.add_argument("--rolling", action="append", help="scenario with a rolling_upgrade, run first, repeatable")
     ug.add_argument("--current", default=PRODUCTION_KAFKA_VERSION,
                     help=f"the current Kafka version (default {PRODUCTION_KAFKA_VERSION})")

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.java
 def jars() -> tuple[dict, dict, float]:
     java_driver.build()
     t0 = time.monotonic()
-    docs = java_driver.read_client_defaults(PRODUCTION_KAFKA_VERSION), java_driver.read_client_defaults(DEFAULT_KAFKA_VERSION)
-    return docs[0], docs[1], time.monotonic() - t0
+    old = java_driver.read_client_defaults(PRODUCTION_KAFKA_VERSION)
+    new = java_driver.read_client_defaults(DEFAULT_KAFKA_VERSION)
+    return old, new, time.monotonic() - t0
 
 
 def test_each_jar_declares_its_own_defaults(jars):

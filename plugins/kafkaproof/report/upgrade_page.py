@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..errors import LedgerError
 from ..spec import ledger
+from ..spec.client_upgrade import shown_default
 from ..spec.faults import ROLLING_KINDS
 
 from .batch_page import (application_note, batch_dir, change_since, nonzero_anomalies, summary_problems,
@@ -152,12 +153,8 @@ def default_change_lines(diff: Mapping[str, Any] | None) -> list[str]:
     JSON), e.g. "producer linger.ms default 0 → 5 (not set by the scenario)"."""
     if not diff:
         return []
-    return [f"{c['role']} {c['name']} default {_shown(c['current'])} → {_shown(c['candidate'])} "
+    return [f"{c['role']} {c['name']} default {shown_default(c['current'])} → {shown_default(c['candidate'])} "
             f"(not set by the scenario)" for c in diff.get("changed") or []]
-
-
-def _shown(value: str | None) -> str:
-    return "null" if value is None else '""' if value == "" else str(value)
 
 
 def render_client_defaults(versions: Sequence[Mapping[str, Any]]) -> list:
@@ -169,7 +166,7 @@ def render_client_defaults(versions: Sequence[Mapping[str, Any]]) -> list:
         changed = d.get("changed") or []
         if changed:
             out.append(table(["client", "property", f"default in {d['current']}", f"default in {d['candidate']}"],
-                             [(c["role"], c["name"], _shown(c["current"]), _shown(c["candidate"]))
+                             [(c["role"], c["name"], shown_default(c["current"]), shown_default(c["candidate"]))
                               for c in changed]))
         else:
             out.append(tag("div", "no declared default differs", class_="detail"))

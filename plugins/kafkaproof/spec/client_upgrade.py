@@ -79,7 +79,7 @@ class DefaultChange:
     candidate: str | None
 
     def text(self) -> str:
-        return f"{self.role} {self.name}: {_shown(self.current)} → {_shown(self.candidate)}"
+        return f"{self.role} {self.name}: {shown_default(self.current)} → {shown_default(self.candidate)}"
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,8 @@ class DefaultsDiff:
         return sum(map(len, self.only_current.values())) + sum(map(len, self.only_candidate.values()))
 
 
-def _shown(value: str | None) -> str:
+def shown_default(value: str | None) -> str:
+    """Pure: a default as the page shows it: null, "" for an empty string, else the client's own string."""
     return "null" if value is None else '""' if value == "" else value
 
 

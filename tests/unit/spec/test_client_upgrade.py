@@ -36,7 +36,8 @@ NEW = defaults("4.3.1", {"linger.ms": "5", "acks": "all", "bootstrap.servers": N
 def test_default_changes_lists_what_differs_and_what_only_one_version_has():
     d = default_changes(OLD, NEW)
     assert (d.current, d.candidate) == ("3.9.2", "4.3.1")
-    assert [c.text() for c in d.changed] == ["producer linger.ms: 0 → 5", "consumer auto.offset.reset: latest → earliest",
+    assert [c.text() for c in d.changed] == ["producer linger.ms: 0 → 5",
+                                             "consumer auto.offset.reset: latest → earliest",
                                              "consumer max.poll.records: 500 → 100",
                                              "admin enable.metrics.push: true → false"]
     assert d.only_current == {"producer": ["gone.one"]} and d.only_candidate == {"producer": ["new.one"]}
@@ -154,7 +155,8 @@ def test_client_upgrade_facts_diff_each_scenario_on_its_own_settings(tmp_path):
     assert a["java"] == {"current": "3.9.2", "candidate": "4.3.1"}
     assert "linger.ms" not in {x["name"] for x in a["diff"]["changed"]}  # scenario a sets it
     assert "linger.ms" in {x["name"] for x in b["diff"]["changed"]}
-    assert a["clients"] == {"current": ["producer 0: kafka-clients 3.9.2"], "candidate": ["producer 0: kafka-clients 4.3.1"]}
+    assert a["clients"] == {"current": ["producer 0: kafka-clients 3.9.2"],
+                            "candidate": ["producer 0: kafka-clients 4.3.1"]}
     assert c["diff"] is None and c["clients"]["current"] == ["producer 0: librdkafka 2.16.0"]
     assert [(v["current"], v["candidate"]) for v in facts["versions"]] == [("3.9.2", "4.3.1")]
     assert "linger.ms" in {x["name"] for x in facts["versions"][0]["changed"]}  # the full diff leaves nothing out

@@ -268,8 +268,11 @@ def read_client_defaults(client_version: str) -> dict:
     """The defaults kafka-clients `client_version` declares for its producer, consumer and admin client, read
     from its jar by the driver's `defaults` mode (one JVM): `{"version", "producer": {name: {"type",
     "default"}}, "consumer": ..., "admin": ...}` (docs/upgrades.md)."""
-    proc = subprocess.run(_java_command(["defaults"], check_version(client_version)), capture_output=True,
-                          text=True, timeout=120)
+    try:
+        proc = subprocess.run(_java_command(["defaults"], check_version(client_version)), capture_output=True,
+                              text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise JavaDriverError(f"reading kafka-clients {client_version}'s defaults failed: {e}") from None
     try:
         if proc.returncode != 0:
             raise ValueError(proc.returncode)

@@ -432,8 +432,9 @@ def kafka_reliability_manual():
 @dag(dag_id="kafka_upgrade_check", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
      max_active_runs=1, default_args=DEFAULT_ARGS, tags=["kafkaproof"],
      doc_md="Rolls a cluster from the current to the candidate Kafka version under load (the rolling scenarios), "
-            "then runs the same scenarios on either version; fails when the roll does not pass or the candidate "
-            "is worse.",
+            "then runs the same scenarios on either version (with client_version_current/candidate: the Java "
+            "clients on either kafka-clients version too, and the page lists the client defaults that differ); "
+            "fails when the roll does not pass or the candidate is worse.",
      params={"rolling_scenarios": Param(["upgrade-39-to-43-idempotent"], type="array",
                                         items={"type": "string", "enum": _catalog_names()},
                                         description="scenarios with a rolling_upgrade, run first: from "
@@ -441,6 +442,13 @@ def kafka_reliability_manual():
              "scenarios": Param(["baseline"], type="array", items={"type": "string", "enum": _catalog_names()}),
              "current_version": Param(PRODUCTION_KAFKA_VERSION, type="string"),
              "candidate_version": Param(DEFAULT_KAFKA_VERSION, type="string"),
+             "client_version_current": Param(None, type=["null", "string"],
+                                             description="a client upgrade too: the Java producers and consumers "
+                                                         "run this kafka-clients version on the current side "
+                                                         "(set both client versions)"),
+             "client_version_candidate": Param(None, type=["null", "string"],
+                                               description="... and this one on the candidate side; the page lists "
+                                                           "every client default that differs, read from the jars"),
              "brokers": BROKERS_PARAM,
              "messages": Param(None, type=["null", "integer"], minimum=1),
              "cluster_backend": BACKEND_PARAM, **ENGINE_PARAMS})
@@ -449,9 +457,15 @@ def kafka_upgrade_check():
     def matrix() -> list[dict]:
         """The upgrade check's plan, each run resolved once."""
         p = get_current_context()["params"]
-        return batch.upgrade_plan(pipeline.suite(names=p.get("rolling_scenarios") or []),
-                                  pipeline.suite(names=p["scenarios"]), p["current_version"], p["candidate_version"],
-                                  batch_overrides(p, None)).resolved_items()
+        clients = (p.get("client_version_current"), p.get("client_version_candidate"))
+        try:
+            plan = batch.upgrade_plan(pipeline.suite(names=p.get("rolling_scenarios") or []),
+                                      pipeline.suite(names=p["scenarios"]), p["current_version"],
+                                      p["candidate_version"], batch_overrides(p, None),
+                                      clients=clients if any(clients) else None)
+        except KafkaproofError as e:  # input to fix, not a task to retry
+            raise AirflowFailException(str(e)) from None
+        return plan.resolved_items()
 
     runs = matrix()
     ran = run_scenario.expand(run=runs)

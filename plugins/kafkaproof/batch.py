@@ -105,13 +105,19 @@ def matrix_plan(scenarios: list[Scenario], clients: list[str] | None = None,
 
 
 def upgrade_plan(rolling: list[Scenario], scenarios: list[Scenario], current: str, candidate: str,
-                 overrides: Overrides = Overrides()) -> BatchPlan:
+                 overrides: Overrides = Overrides(), clients: tuple[str, str] | None = None) -> BatchPlan:
     """The upgrade check: each rolling scenario from `current` to `candidate` under load (at its own scale:
-    its workload must outlast the roll), then every scenario on either version."""
+    its workload must outlast the roll), then every scenario on either version. `clients` (current, candidate
+    kafka-clients versions): a client upgrade too — on either side every producer and consumer runs the Java
+    driver on that side's kafka-clients (`Overrides.client_version`; the rolling scenarios keep their clients).
+    Current and candidate Kafka versions may be equal: then only the clients change."""
+    if clients is not None and (len(clients) != 2 or not all(clients)):
+        raise ScenarioError(f"client upgrade {clients!r}: give the current and the candidate kafka-clients version")
     rolls = [PlannedRun(s, "rolling", dataclasses.replace(overrides, messages=None, kafka_version=current,
                                                           upgrade_to=candidate)) for s in rolling]
-    sides = [PlannedRun(s, label, overrides.merged(kafka_version=version))
-             for label, version in (("current", current), ("candidate", candidate)) for s in scenarios]
+    sides = [PlannedRun(s, label, overrides.merged(kafka_version=version,
+                                                   client_version=clients[i] if clients else None))
+             for i, (label, version) in enumerate((("current", current), ("candidate", candidate))) for s in scenarios]
     return BatchPlan(rolls + sides, "upgrade")
 
 

@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Any
 
-from . import logs
+from . import logs, upgrade_cli
 from .errors import KafkaproofError, ScenarioError
 
 log = logging.getLogger(__name__)
@@ -680,6 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a client matrix: every scenario once per client (producers and consumers), on the same "
                          "faults; the batch report compares them side by side")
     bt.set_defaults(func=cmd_batch)
+
+    upgrade_cli.add_parser(sub, _positive_int)
 
     an = sub.add_parser("analyze", help="run the Spark analysis of a run directory (spark-submit)")
     an.add_argument("run_dir", help="a run directory, or its URI on a Hadoop filesystem the Spark application "

@@ -435,8 +435,10 @@ def write_client_report(summaries: list[dict], batch_id: str, out: Path | None =
 def write_upgrade_report(summaries: list[dict], batch_id: str, out: Path | None = None) -> tuple[str, list[str]]:
     """Compare current vs candidate version per scenario; returns (report path, reasons the candidate is worse)."""
     from .report import write_upgrade_report as write
+    from .run.client_upgrade import client_upgrade_facts
     worse = upgrade_differences(summaries)
-    return str(write(summaries, worse, batch_id, out or runs_dir())), worse
+    clients = client_upgrade_facts(summaries)  # the libraries each side ran on; a client upgrade's defaults
+    return str(write(summaries, worse, batch_id, out or runs_dir(), clients)), worse
 
 
 def unstarted_run(scenario: str, error: str, label: str = "") -> dict:

@@ -126,7 +126,9 @@ def test_dags_import_with_the_expected_structure(airflow_home, tmp_path):
     assert {"kafka_version", "brokers", "messages", "bootstrap", "kafka_conn_id", "proxy_listen"} <= set(manual.params)
     assert manual.params["proxy_listen"] == nightly.params["proxy_listen"] == "127.0.0.1"  # loopback unless told
     upgrade = bag.get_dag("kafka_upgrade_check")
-    assert {"current_version", "candidate_version", "rolling_scenarios"} <= set(upgrade.params)
+    assert {"current_version", "candidate_version", "rolling_scenarios", "client_version_current",
+            "client_version_candidate"} <= set(upgrade.params)
+    assert upgrade.params["client_version_current"] is None  # no client upgrade unless asked
     assert upgrade.params["rolling_scenarios"] == ["upgrade-39-to-43-idempotent"]
     # Airflow habits: assets other DAGs can wait for, a notifier on a failed gate, a retried provision
     assert [a.name for a in tasks["judge"].outlets] == ["kafkaproof_history"]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 PACKAGE = REPO / "plugins" / "kafkaproof"
 RANK = {"errors": 0, "paths": 0, "logs": 0, "controlsock": 0, "__init__": 0, "spec": 1, "proxy": 2, "cluster": 3,
         "faults": 4, "run": 5, "analysis": 6, "verdict": 6, "report": 7, "pipeline": 8, "notify": 8,
-        "schedule": 8, "hosts": 8, "batch": 9, "audit": 9.5, "cli": 10,
+        "schedule": 8, "hosts": 8, "batch": 9, "audit": 9.5, "upgrade_cli": 9.5, "cli": 10,
         "__main__": 11}
 MAX_LINES = 800
 

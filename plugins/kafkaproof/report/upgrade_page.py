@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..errors import LedgerError
 from ..spec import ledger
+from ..spec.client_upgrade import shown_default
 from ..spec.faults import ROLLING_KINDS
 
 from .batch_page import (application_note, batch_dir, change_since, nonzero_anomalies, summary_problems,
@@ -144,10 +145,59 @@ def metric_deltas(cur: Mapping | None, cand: Mapping | None) -> list[str]:
     return out
 
 
-def render_upgrade(summaries: Sequence[Mapping[str, Any]], worse: Sequence[str], batch_id: str, here: Path) -> str:
-    """The upgrade comparison page: scenario × Kafka version, and why the candidate is worse."""
+MAX_ONLY_SHOWN = 40  # properties only one version has, listed by name up to this many per role
+
+
+def default_change_lines(diff: Mapping[str, Any] | None) -> list[str]:
+    """Pure: one line per client default that changes for a scenario (`spec.client_upgrade.DefaultsDiff`
+    JSON), e.g. "producer linger.ms default 0 → 5 (not set by the scenario)"."""
+    if not diff:
+        return []
+    return [f"{c['role']} {c['name']} default {shown_default(c['current'])} → {shown_default(c['candidate'])} "
+            f"(not set by the scenario)" for c in diff.get("changed") or []]
+
+
+def render_client_defaults(versions: Sequence[Mapping[str, Any]]) -> list:
+    """The page's section on the clients' defaults: per (current, candidate) kafka-clients pair, every
+    declared default that differs and the properties only one version has, as the jars declare them."""
+    out: list = []
+    for d in versions:
+        out.append(tag("h3", f"kafka-clients {d['current']} → {d['candidate']}: defaults read from the two jars"))
+        changed = d.get("changed") or []
+        if changed:
+            out.append(table(["client", "property", f"default in {d['current']}", f"default in {d['candidate']}"],
+                             [(c["role"], c["name"], shown_default(c["current"]), shown_default(c["candidate"]))
+                              for c in changed]))
+        else:
+            out.append(tag("div", "no declared default differs", class_="detail"))
+        only = []
+        for key, version in (("only_current", d["current"]), ("only_candidate", d["candidate"])):
+            for role, names in sorted((d.get(key) or {}).items()):
+                shown = ", ".join(names[:MAX_ONLY_SHOWN]) + (f", … ({len(names) - MAX_ONLY_SHOWN} more)"
+                                                             if len(names) > MAX_ONLY_SHOWN else "")
+                only.append(f"{role}: {plural(len(names), 'property', 'properties')} only in {version}: {shown}")
+        if only:
+            out.append(bullets(only))
+    return out
+
+
+def client_cell_lines(fact: Mapping[str, Any] | None, side: str) -> list[str]:
+    """Pure: the client libraries one side of a scenario ran on (the manifest's `client_versions`)."""
+    return list(((fact or {}).get("clients") or {}).get(side) or [])
+
+
+def render_upgrade(summaries: Sequence[Mapping[str, Any]], worse: Sequence[str], batch_id: str, here: Path,
+                   clients: Mapping[str, Any] | None = None) -> str:
+    """The upgrade comparison page: scenario × Kafka version, and why the candidate is worse. `clients`
+    (`run.client_upgrade.client_upgrade_facts`): the libraries each side ran on and, for a client upgrade,
+    the client defaults that differ next to each scenario's measured differences."""
+    clients = clients or {}
+    facts = clients.get("scenarios") or {}
     pairs = upgrade_pairs(summaries)
     cur_v, cand_v = version_of(pairs, 1), version_of(pairs, 2)
+    if len(clients.get("versions") or []) == 1:  # a client upgrade: say so wherever the versions are named
+        cur_v += f" with kafka-clients {clients['versions'][0]['current']}"
+        cand_v += f" with kafka-clients {clients['versions'][0]['candidate']}"
     status = "fail" if worse else ("pass" if pairs or summaries else "error")
     rolls = [s for s in summaries if s.get("label") == "rolling"]
     roll_failed = any(s.get("verdict") != "pass" for s in rolls)
@@ -163,23 +213,36 @@ def render_upgrade(summaries: Sequence[Mapping[str, Any]], worse: Sequence[str],
         body.append(tag("h2", "The rolling upgrade, under load"))
         for s in rolls:
             body += render_rolling(s, load_rolling_facts(s.get("run_dir")), here)
+    if clients.get("versions"):
+        body.append(tag("h2", "Client upgrade: the defaults that change"))
+        body += render_client_defaults(clients["versions"])
     rows = []
     for name, cur, cand in pairs:
         text, cls = version_change(cur, cand)
         deltas = metric_deltas(cur, cand)
-        rows.append((name, upgrade_cell(cur, here), upgrade_cell(cand, here),
-                     join([tag("span", text, class_=f"chg {cls}"), *[tag("div", d, class_="detail") for d in deltas]])))
+        fact = facts.get(name) or {}
+        defaults = default_change_lines(fact.get("diff"))
+        if fact.get("error"):
+            defaults.append(fact["error"])
+        rows.append((name, join([upgrade_cell(cur, here), *[tag("div", c, class_="detail")
+                                                            for c in client_cell_lines(fact, "current")]]),
+                     join([upgrade_cell(cand, here), *[tag("div", c, class_="detail")
+                                                       for c in client_cell_lines(fact, "candidate")]]),
+                     join([tag("span", text, class_=f"chg {cls}"), *[tag("div", d, class_="detail") for d in deltas],
+                           *[tag("div", d, class_="detail") for d in defaults]])))
     body.append(tag("h2", "Scenario × Kafka version"))
     body.append(table(["scenario", f"current ({cur_v})", f"candidate ({cand_v})", "candidate vs current"], rows))
     return page(f"{'WORSE' if worse else 'OK'} upgrade check {batch_id} — kafkaproof", body)
 
 
-def write_upgrade_report(summaries: list[dict], worse: list[str], batch_id: str, out: Path) -> Path:
+def write_upgrade_report(summaries: list[dict], worse: list[str], batch_id: str, out: Path,
+                         clients: Mapping[str, Any] | None = None) -> Path:
     """Write `<out>/batches/<safe batch id>/index.html` comparing current vs candidate Kafka per scenario.
 
     `summaries` carry `label` 'current' or 'candidate'; `worse` lists why the candidate is
-    worse (`pipeline.upgrade_differences`).
+    worse (`pipeline.upgrade_differences`); `clients` what the clients ran on and, for a client upgrade,
+    the defaults that changed (`run.client_upgrade.client_upgrade_facts`).
     """
     summaries = [s for s in summaries if s]
     here = batch_dir(batch_id, out)
-    return write_html(here / "index.html", render_upgrade(summaries, list(worse), batch_id, here))
+    return write_html(here / "index.html", render_upgrade(summaries, list(worse), batch_id, here, clients))

@@ -264,6 +264,36 @@ def config_names(role: str, client_version: str) -> frozenset[str]:
     return _config_names(_role(role), check_version(client_version))
 
 
+def read_client_defaults(client_version: str) -> dict:
+    """The defaults kafka-clients `client_version` declares for its producer, consumer and admin client, read
+    from its jar by the driver's `defaults` mode (one JVM): `{"version", "producer": {name: {"type",
+    "default"}}, "consumer": ..., "admin": ...}` (docs/upgrades.md)."""
+    try:
+        proc = subprocess.run(_java_command(["defaults"], check_version(client_version)), capture_output=True,
+                              text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise JavaDriverError(f"reading kafka-clients {client_version}'s defaults failed: {e}") from None
+    try:
+        if proc.returncode != 0:
+            raise ValueError(proc.returncode)
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise JavaDriverError(f"reading kafka-clients {client_version}'s defaults failed (exit {proc.returncode}): "
+                              f"{proc.stderr.strip()[-500:]}") from None
+
+
+def client_defaults(client_version: str) -> dict:
+    """`read_client_defaults`, cached per driver build and version (a jar's defaults never change)."""
+    path = driver_dir() / source_hash() / "client-defaults" / f"{check_version(client_version)}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    doc = read_client_defaults(client_version)
+    write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True))
+    return doc
+
+
 def check_config(role: str, spec: dict, client_version: str) -> str | None:
     """What kafka-clients refuses when a worker of `spec` builds its client (None: nothing). The client is
     built and closed without connecting (`Main check-config`), so this runs before any cluster starts."""

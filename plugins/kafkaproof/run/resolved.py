@@ -17,6 +17,7 @@ from ..cluster.reuse import config_key
 from ..errors import KafkaproofError, ScenarioError
 from ..faults import check_scenario_faults
 from ..spec.attach import check_attach
+from ..spec.client_upgrade import with_client_version
 from ..spec.clients import ClientConfigError, apply_overrides, environment_overrides
 from ..spec.cluster import ClusterConfig, cluster_config
 from ..spec.scenario import Scenario
@@ -26,8 +27,10 @@ from ..spec.scenario import Scenario
 class Overrides:
     """What a run changes of its scenario file: message scale, Kafka version, broker count, an existing
     cluster (`bootstrap`), the backend, the client every producer and consumer runs, the version every
-    rolling upgrade goes to, the seed of a random schedule (when the file gives none), a running compose
-    project to attach to and the acknowledgement that the run's faults hit it."""
+    rolling upgrade goes to, the kafka-clients version of a client upgrade (`client_version`: every producer
+    and consumer on the Java driver at that version, `spec.client_upgrade`), the seed of a random schedule
+    (when the file gives none), a running compose project to attach to and the acknowledgement that the
+    run's faults hit it."""
 
     messages: int | None = None
     kafka_version: str | None = None
@@ -36,6 +39,7 @@ class Overrides:
     backend: str | None = None
     client: str | None = None
     upgrade_to: str | None = None
+    client_version: str | None = None  # every producer and consumer on the Java driver at this kafka-clients version
     seed: int | None = None
     attach_project: str | None = None  # a running compose project of the user's (cluster.attach)
     faults_hit_attached: bool | None = None  # its owner agreed that the faults hit it (a DAG run's acknowledgement)
@@ -114,6 +118,9 @@ def resolve(scenario: Scenario, overrides: Overrides = Overrides()) -> ResolvedS
         raise ScenarioError(f"{scenario.path}: cluster.features: {features} are format-time levels of a cluster "
                             f"kafkaproof starts; the existing cluster at {overrides.bootstrap} keeps the levels it has "
                             f"(run without --bootstrap, or drop cluster.features / cluster.elr)")
+    if overrides.client_version:
+        overridden = Scenario(overridden.name, overridden.path,
+                              with_client_version(overridden.data, overrides.client_version, str(overridden.path)))
     # drawn once, recorded, replayable
     drawn = overridden.with_random_schedule(overrides.seed, known_nodes=not overrides.bootstrap)
     check_attach(drawn.data, str(drawn.path))  # a random schedule's drawn kinds too

@@ -415,6 +415,36 @@ def test_upgrade_report(tmp_path, history_url):
 
 
 @pytest.mark.unit
+def test_upgrade_report_lists_the_client_defaults_that_change_next_to_the_measured_differences(tmp_path, history_url):
+    runs = tmp_path / "runs"
+    cur, cand = make_run(runs, "b-current"), make_run(runs, "b-candidate")
+    for rd in (cur, cand):
+        run_page.write_run_report(rd, history_url=history_url)
+    summaries = [summary("baseline", "pass", cur, label="current", kafka_version="4.3.1"),
+                 summary("baseline", "pass", cand, label="candidate", kafka_version="4.3.1",
+                         metrics={"anomalies": {"lost": 0}, "recovery_s": 2.5, "publish_p99_ms": 20.0})]
+    change = {"role": "producer", "name": "linger.ms", "current": "0", "candidate": "5"}
+    clients = {"scenarios": {"baseline": {
+        "clients": {"current": ["producer 0: kafka-clients 3.9.2"], "candidate": ["producer 0: kafka-clients 4.3.1"]},
+        "java": {"current": "3.9.2", "candidate": "4.3.1"}, "error": None,
+        "diff": {"current": "3.9.2", "candidate": "4.3.1", "changed": [change], "only_current": {},
+                 "only_candidate": {}, "set_here": []}}},
+        "versions": [{"current": "3.9.2", "candidate": "4.3.1",
+                      "changed": [change, {"role": "admin", "name": "enable.metrics.push", "current": "true",
+                                           "candidate": "false"}],
+                      "only_current": {}, "only_candidate": {"producer": [f"p{i}" for i in range(45)]},
+                      "set_here": []}]}
+    text = text_of(upgrade_page.write_upgrade_report(summaries, [], "upgrade/clients", runs, clients).read_text())
+    assert "Candidate 4.3.1 with kafka-clients 4.3.1 is no worse than 4.3.1 with kafka-clients 3.9.2" in text
+    assert "kafka-clients 3.9.2 → 4.3.1: defaults read from the two jars" in text
+    assert "enable.metrics.push" in text and "45 properties only in 4.3.1: p0, p1" in text and "(5 more)" in text
+    assert "producer linger.ms default 0 → 5 (not set by the scenario)" in text
+    assert "p99 20.0 ms vs 45.0 ms" in text  # the measured difference, in the same cell
+    assert "producer 0: kafka-clients 3.9.2" in text and "producer 0: kafka-clients 4.3.1" in text
+    assert upgrade_page.default_change_lines(None) == []
+
+
+@pytest.mark.unit
 def test_night_report_from_a_directory_of_runs(tmp_path, history_url):
     night = tmp_path / "night"
     make_run(night, "r1", expect_detect=True)

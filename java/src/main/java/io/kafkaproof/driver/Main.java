@@ -20,6 +20,8 @@ import org.apache.kafka.common.config.ConfigException;
  * producer SPEC.json                  run a recording producer (see ProducerWorker)
  * consumer SPEC.json                  run a recording consumer (see ConsumerWorker)
  * config-names producer|consumer      the client's config names, one per line
+ * defaults                            the producer's, consumer's and admin client's declared defaults (JSON,
+ *                                     see Defaults)
  * check-config producer|consumer SPEC.json
  *                                     build and close the client a worker of that spec would build (no
  *                                     connection): prints "ok", or the client's refusal and exits 1
@@ -32,6 +34,7 @@ import org.apache.kafka.common.config.ConfigException;
 public final class Main {
     private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer SPEC.json\n"
             + "       ... config-names producer|consumer\n"
+            + "       ... defaults\n"
             + "       ... check-config producer|consumer SPEC.json\n"
             + "       ... classify EXCEPTION_CLASS [MESSAGE] [--in-send] [--retries N]";
     private static final String[] PACKAGES = {"org.apache.kafka.common.errors.", "org.apache.kafka.common.",
@@ -60,6 +63,13 @@ public final class Main {
                     return worker(args[0], Path.of(args[1]));
                 case "config-names":
                     return configNames(args);
+                case "defaults":
+                    if (args.length != 1) {
+                        System.err.println(USAGE);
+                        return 2;
+                    }
+                    System.out.println(Defaults.json());
+                    return 0;
                 case "check-config":
                     return checkConfig(args);
                 case "classify":

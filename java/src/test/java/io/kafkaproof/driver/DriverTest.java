@@ -37,6 +37,17 @@ class DriverTest {
     }
 
     @Test
+    void defaultsAreTheJarsOwnParsedBackByOurJson() {
+        Map<?, ?> doc = (Map<?, ?>) Json.parse(Defaults.json());
+        assertEquals(org.apache.kafka.common.utils.AppInfoParser.getVersion(), doc.get("version"));
+        Map<?, ?> producer = (Map<?, ?>) doc.get("producer");
+        assertEquals("LIST", ((Map<?, ?>) producer.get("bootstrap.servers")).get("type"));
+        assertEquals("all", ((Map<?, ?>) producer.get("acks")).get("default"));
+        assertTrue(((Map<?, ?>) doc.get("consumer")).containsKey("group.id"));
+        assertTrue(((Map<?, ?>) doc.get("admin")).containsKey("bootstrap.servers"));
+    }
+
+    @Test
     void assignmentAfterRebalanceEvents() {
         int[] a = ConsumerWorker.assignmentAfter(new int[0], "assign", new int[] {2, 0});
         assertArrayEquals(new int[] {0, 2}, a);

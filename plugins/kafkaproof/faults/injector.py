@@ -22,6 +22,7 @@ from ..errors import FaultError
 from ..spec.fault_families import family_of
 from ..spec.faults import TARGET_FORMS, FaultSpec
 from .checks import check_fault
+from .coordinators import CoordinatorKeys, is_coordinator_target
 from .families import handler_for
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,10 @@ class FaultInjector:
     """Injects and heals faults on a cluster; heals everything it injected on exit."""
 
     def __init__(self, cluster: ClusterBackend, topic: str | None = None, log_path: Path | None = None,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, coordinators: CoordinatorKeys | None = None):
         self.cluster = cluster
         self.topic = topic
+        self.coordinators = coordinators  # what txn_coordinator:<i> / group_coordinator stand for (a run's)
         self.log_paths = [cluster_fault_log(cluster)]
         if log_path is not None:
             self.log_paths.append(Path(log_path))
@@ -97,6 +99,13 @@ class FaultInjector:
             if ctl is None:
                 raise FaultError("no active controller right now (quorum has no leader)")
             ids = [ctl]
+        elif is_coordinator_target(target):
+            if self.coordinators is None:
+                raise FaultError(f"{target}: a coordinator target needs the keys of a scenario run (its group, its "
+                                 f"copiers' transactional ids); give the fault in a scenario")
+            topic, part = self.coordinators.partition_of(c, target)
+            ids = [c.leader_of(topic, part)]
+            log.info("%s: %s-%d is led by node %d", target, topic, part, ids[0])
         elif target == "random":
             ids = [self.rng.choice(c.node_ids())]
         elif target == "brokers":

@@ -66,7 +66,23 @@ def client_config_problems(data: Mapping[str, Any]) -> list[str]:
             problems += [f"{role}.config.{name}: librdkafka has no such property (the names of the Java client, "
                          f"e.g. max.block.ms, need {role}.client: java)"
                          for name in unknown_librdkafka_properties(role, config)]
-    return problems + group_protocol_problems(data)
+    return problems + pipeline_config_problems(data) + group_protocol_problems(data)
+
+
+def pipeline_config_problems(data: Mapping[str, Any]) -> list[str]:
+    """`field: reason` for every `pipeline.producer_config` name the copiers' client does not have (the copiers
+    run on `consumers.client`: kafka-clients' producer names for java, librdkafka's otherwise)."""
+    config = (data.get("pipeline") or {}).get("producer_config") or {}
+    if not config:
+        return []
+    cons = data["consumers"]
+    if cons.get("client", "librdkafka") == "java":
+        version = cons.get("client_version") or data["cluster"]["kafka_version"]
+        known = java_driver.config_names("producers", version)
+        return [f"pipeline.producer_config.{name}: not a kafka-clients {version} producer property"
+                for name in config if name not in known]
+    return [f"pipeline.producer_config.{name}: librdkafka has no such property"
+            for name in unknown_librdkafka_properties("producers", config)]
 
 
 def group_protocol_problems(data: Mapping[str, Any], librdkafka: str | None = None) -> list[str]:

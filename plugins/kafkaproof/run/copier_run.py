@@ -14,18 +14,29 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
+from ..faults.coordinators import CoordinatorKeys
 from ..spec import ledger
+from ..spec.copier import transactional_id
 from ..spec.pipeline_ledger import OUTPUT_READS, PIPELINE_PARTITIONS, TRANSACTION_RECORDS, TRANSACTIONS
 from .copier import txn_of_key
 from .drain import committed_offsets, drain, high_watermarks
+from .java_driver import read_tsv
 from .workload import read_stream
 
 log = logging.getLogger(__name__)
 
 
 def copier_spec(consumer_spec: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
-    """Pure: the spec of the copiers, which run in the consumers' places (the same group and config)."""
-    return {**consumer_spec, "role": "copier", "client": "librdkafka", "pipeline": dict(section)}
+    """Pure: the spec of the copiers, which run in the consumers' places (the same group, config and client:
+    librdkafka's copier, run/copier.py, or the Java driver's CopierWorker with `consumers.client: java`)."""
+    return {"client": "librdkafka", **consumer_spec, "role": "copier", "pipeline": dict(section)}
+
+
+def coordinator_keys(data: Mapping[str, Any]) -> CoordinatorKeys:
+    """Pure: what a scenario's coordinator targets stand for: its consumer group, its copiers' transactional ids."""
+    section = data.get("pipeline")
+    ids = tuple(transactional_id(section, i) for i in range(section["copiers"])) if section else ()
+    return CoordinatorKeys(group=(data.get("consumers") or {}).get("group") or None, transactional_ids=ids)
 
 
 def reader_spec(section: Mapping[str, Any], run_id: str) -> dict[str, Any]:
@@ -57,7 +68,10 @@ def audit_rows(uncommitted: list[dict], committed: list[dict], committed_complet
 
 
 def _streams(work: Path, pattern: str, schema: pa.Schema) -> pa.Table:
-    tables = [read_stream(p, schema) for p in sorted(work.glob(pattern))]
+    """Every copier's stream of one kind: the librdkafka copier's Arrow files (`<pattern>.arrow`) and the Java
+    copier's tab-separated ones (`<pattern>.tsv`), the same columns."""
+    tables = [read_stream(p, schema) for p in sorted(work.glob(pattern + ".arrow"))]
+    tables += [read_tsv(p, schema) for p in sorted(work.glob(pattern + ".tsv"))]
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
@@ -116,13 +130,13 @@ class PipelineRun:
 
     def write_ledger(self, run_dir: Path) -> dict[str, int]:
         """The five pipeline tables in the run directory; returns their row counts."""
-        txns = _streams(self.work, "copier-*.txns.arrow", TRANSACTIONS)
+        txns = _streams(self.work, "copier-*.txns", TRANSACTIONS)
         counts = {"transactions": ledger.write_table(run_dir, "transactions", last_per_txn(txns.to_pylist()))}
-        ledger.write_arrow(run_dir, "transaction_records", _streams(self.work, "copier-*.records.arrow",
+        ledger.write_arrow(run_dir, "transaction_records", _streams(self.work, "copier-*.records",
                                                                     TRANSACTION_RECORDS))
-        ledger.write_arrow(run_dir, "output_reads", _streams(self.work, "reader-*.reads.arrow", OUTPUT_READS))
+        ledger.write_arrow(run_dir, "output_reads", _streams(self.work, "reader-*.reads", OUTPUT_READS))
         counts["output_audit"] = ledger.write_table(run_dir, "output_audit", self.audit)
-        per_txn = _streams(self.work, "copier-*.offsets.arrow", PIPELINE_PARTITIONS).to_pylist()
+        per_txn = _streams(self.work, "copier-*.offsets", PIPELINE_PARTITIONS).to_pylist()
         final = [{"partition": p, "txn": None, "committed_offset": o} for p, o in sorted(self.final_offsets.items())]
         counts["pipeline_partitions"] = ledger.write_table(run_dir, "pipeline_partitions", per_txn + final)
         for name in ("transaction_records", "output_reads"):

@@ -6,6 +6,8 @@ offsets inside the transaction (`send_offsets_to_transaction`); a downstream rea
 copiers take the places of the scenario's consumers (`consumers.count` = `pipeline.copiers`), so
 `consumer:<i>` faults kill, stop or pause copier i, and the run restarts it with the same
 `transactional.id` (fencing its earlier incarnation). The ledger: spec/pipeline_ledger.py.
+`consumers.client` picks the copier: librdkafka's (run/copier.py) or the Java driver's (CopierWorker.java,
+`consumers.client: java`); both write the same ledger.
 """
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ SCHEMA: dict[str, Any] = {
                                                   f"{DEFAULT_TRANSACTION_TIMEOUT_MS}): how long the coordinator "
                                                   "waits before aborting a dead copier's open transaction"},
         "producer_config": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
-                            "description": "the copiers' producer settings (librdkafka names); consumers.config "
-                                           "holds their consumer's"},
+                            "description": "the copiers' producer settings in their client's names (consumers."
+                                           "client: librdkafka or java); consumers.config holds their consumer's"},
         "ordered_output": {"type": "boolean",
                            "description": "write each output to its input's partition (default true; needs "
                                           "output_partitions >= the input's)"},
@@ -91,8 +93,6 @@ def check_pipeline(data: dict[str, Any], given_consumers: dict[str, Any], fail: 
     if prod.get("transactions"):
         fail("producers.transactions", "the pipeline's input producers are ordinary ones; the copiers run the "
                                        "transactions (remove producers.transactions)")
-    if cons.get("client", "librdkafka") != "librdkafka":
-        fail("consumers.client", f"{cons['client']!r}: only the librdkafka (confluent-kafka) driver runs copiers")
     if "count" in given_consumers and given_consumers["count"] != section["copiers"]:
         fail("consumers.count", f"{given_consumers['count']}, but the copiers are the consumers: pipeline.copiers "
                                 f"is {section['copiers']} (drop consumers.count)")

@@ -21,11 +21,14 @@ Params = Mapping[str, tuple[Any, bool]]  # parameter name -> (type or types, req
 # A family's value checks past the parameters' types: (kind, params, where) -> None, or FaultError.
 Check = Callable[[str, Mapping[str, Any], str], None]
 
+# txn_coordinator:<copier> / group_coordinator: the broker coordinating copier i's transactional.id / the run's
+# consumer group (faults/coordinators.py; a scenario run's targets: the run knows the keys).
 TARGET_FORMS = ("node:<id>", "broker:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
                 "follower:<partition>", "follower:<topic>:<partition>", "followers:<partition>",
-                "followers:<topic>:<partition>", "controller", "random", "brokers", "all")
+                "followers:<topic>:<partition>", "controller", "txn_coordinator:<copier>", "group_coordinator",
+                "random", "brokers", "all")
 TARGET_RE = re.compile(r"^(node:\d+|broker:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|followers?:([\w.-]+:)?\d+|"
-                       r"controller|random|brokers|all)$")
+                       r"controller|txn_coordinator:\d+|group_coordinator|random|brokers|all)$")
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import (attach as attach_spec, cluster_features, copier, exercised, jbod, pipeline_ledger, quorum,
-               random_faults, share_group, share_ledger, together, triggers)
+from . import (attach as attach_spec, cluster_features, coordinator_targets, copier, exercised, jbod, pipeline_ledger,
+               quorum, random_faults, share_group, share_ledger, together, triggers)
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .corruption import scenario_majority_problem
 from .group_protocol import check_group_protocol
@@ -615,6 +615,7 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
                 fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
                                         f"(1..{brokers}): they act on the clients' requests")
     check_group_protocol(data, fail)  # consumers.config and each consumer fault's restart settings
+    coordinator_targets.check(data, fail)  # txn_coordinator:<copier>, group_coordinator
     for name, why in allow_errors(data.get("allow")):
         fail(name, why)
     if data.get("random_faults"):

@@ -46,6 +46,9 @@ def test_audit_markers():
 def test_specs():
     spec = copier_run.copier_spec({"group": "g", "client": "librdkafka"}, {"copiers": 2})
     assert spec["role"] == "copier" and spec["pipeline"] == {"copiers": 2} and spec["group"] == "g"
+    assert spec["client"] == "librdkafka"
+    assert copier_run.copier_spec({"group": "g", "client": "java"}, {"copiers": 2})["client"] == "java"
+    assert copier_run.copier_spec({"group": "g"}, {"copiers": 2})["client"] == "librdkafka"
     r = copier_run.reader_spec({"output_topic": "o", "downstream_isolation": "read_uncommitted"}, "run1")
     assert r == {"topic": "o", "isolation": "read_uncommitted", "group": "kp-reader-run1"}
 
@@ -75,3 +78,41 @@ def test_pipeline_ledger_from_streams(tmp_path):
     assert [(r["txn"], r["outcome"], r["end_ns"]) for r in t] == [(1, "committed", 30), (2, "indefinite", None)]
     p = ledger.read_table(tmp_path, "pipeline_partitions").to_pylist()
     assert p == [{"partition": 0, "txn": 1, "committed_offset": 6}, {"partition": 0, "txn": None, "committed_offset": 6}]
+
+
+def test_the_java_copiers_tab_separated_streams_join_the_ledger(tmp_path):
+    """CopierWorker.java writes the same columns as tab-separated text (java_driver.read_tsv): both copiers'
+    streams of one run (a java copier 1 beside a librdkafka copier 0) make one ledger."""
+    work = tmp_path / "work"
+    work.mkdir()
+    txns = StreamWriter(work / "copier-0-0.txns.arrow", TRANSACTIONS)
+    txns.append(1, "t-0", 0, 1000, 0, 1, "committed", 10, 20, 30)
+    txns.close()
+    j = copier.txn_number(1, 0, 1)
+    (work / "copier-1-0.txns.tsv").write_text(f"{j}\tt-1\t1\t1001\t0\t1\tindefinite\t40\t\\N\t\\N\n"
+                                              f"{j}\tt-1\t1\t1001\t0\t1\taborted\t40\t\\N\t55\n"
+                                              f"{j + 1}\tt-1\t1\t\\N\t\\N\t2\tindef")  # cut by a kill
+    (work / "copier-1-0.records.tsv").write_text(f"{j}\tinput\t1\t3\t77\n{j}\toutput\t1\t\\N\t77\n")
+    (work / "copier-1-0.offsets.tsv").write_text("1\t" + str(j) + "\t4\n")
+    run = copier_run.PipelineRun({"output_topic": "o"}, "in", work)
+    counts = run.write_ledger(tmp_path)
+    assert counts["transactions"] == 2 and counts["transaction_records"] == 2 and counts["pipeline_partitions"] == 1
+    t = ledger.read_table(tmp_path, "transactions").to_pylist()
+    assert [(r["txn"], r["copier"], r["outcome"], r["commit_ns"], r["end_ns"]) for r in t] == \
+        [(1, 0, "committed", 20, 30), (j, 1, "aborted", None, 55)]
+    r = ledger.read_table(tmp_path, "transaction_records").to_pylist()
+    assert [(x["role"], x["offset"], x["value_id"]) for x in r] == [("input", 3, 77), ("output", None, 77)]
+
+
+def test_pipeline_producer_config_names_are_the_copiers_clients(monkeypatch):
+    from kafkaproof.run import client_config
+    data = {"cluster": {"kafka_version": "3.9.2"}, "consumers": {"client": "librdkafka"},
+            "pipeline": {"producer_config": {"linger.ms": 5, "max.block.ms": 100}}}
+    assert client_config.pipeline_config_problems(data) == [
+        "pipeline.producer_config.max.block.ms: librdkafka has no such property"]
+    monkeypatch.setattr(client_config.java_driver, "config_names", lambda role, v: frozenset({"linger.ms", "max.block.ms"}))
+    data["consumers"]["client"] = "java"
+    data["pipeline"]["producer_config"]["queue.buffering.max.ms"] = 1
+    assert client_config.pipeline_config_problems(data) == [
+        "pipeline.producer_config.queue.buffering.max.ms: not a kafka-clients 3.9.2 producer property"]
+    assert client_config.pipeline_config_problems({"consumers": {}}) == []

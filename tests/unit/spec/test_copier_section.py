@@ -54,7 +54,6 @@ def test_defaults_and_the_copiers_are_the_consumers(tmp_path):
     ({"pipeline": {"copiers": 1, "transaction_timeout_ms": 60_000}, "timeout_s": 30},
      "pipeline.transaction_timeout_ms: 60000 ms is longer than the run"),
     ({"consumers": {"count": 3}}, "consumers.count: 3, but the copiers are the consumers: pipeline.copiers is 2"),
-    ({"consumers": {"client": "java"}}, "consumers.client: 'java': only the librdkafka"),
     ({"consumers": {"config": {"enable.auto.commit": True}}}, "consumers.config.enable.auto.commit"),
     ({"producers": {"messages": 10, "transactions": {"batch": 5}}}, "producers.transactions: the pipeline's input"),
     ({"faults": [{"at": 1, "kind": "kill", "target": "consumer:2"}]}, "consumers are consumer:0..consumer:1"),
@@ -64,6 +63,11 @@ def test_refusals_name_the_field(tmp_path, patch, message):
     with pytest.raises(ScenarioError) as e:
         scenario_mod.load(path)
     assert str(path) in str(e.value) and message in str(e.value)
+
+
+def test_the_java_client_runs_copiers(tmp_path):
+    s = scenario_mod.load(write(tmp_path, {**MINIMAL, "consumers": {"client": "java"}}))
+    assert s.data["consumers"]["client"] == "java" and s.data["consumers"]["count"] == 2
 
 
 def test_the_claim_needs_a_pipeline(tmp_path):

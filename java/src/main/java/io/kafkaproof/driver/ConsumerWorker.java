@@ -1,7 +1,6 @@
 package io.kafkaproof.driver;
 
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -13,7 +12,6 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
-import java.util.TreeSet;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
@@ -35,9 +33,9 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * client commits inside poll() and close(); a consumer interceptor records those commits.
  */
 final class ConsumerWorker {
-    private static final String[] OWNED = {ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, ConsumerConfig.GROUP_ID_CONFIG,
+    static final List<String> OWNED = List.of(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, ConsumerConfig.GROUP_ID_CONFIG,
         ConsumerConfig.ISOLATION_LEVEL_CONFIG, ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG,
-        ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG};
+        ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG);
     static final double CLOSE_TIMEOUT_S = 5;
     static final Set<String> STRATEGIES = Set.of("auto", "sync", "async", "before");
 
@@ -48,12 +46,10 @@ final class ConsumerWorker {
     private final Lifecycle lc;
     private final int index;
     private final int incarnation;
-    private final int pid = (int) ProcessHandle.current().pid();
     private final String strategy;
     private final boolean assignMode;
     private final Notifier notifier;
-    private Tsv reads;
-    private Tsv events;
+    private ConsumerStreams streams;
     private Progress progress;
     private KafkaConsumer<byte[], byte[]> consumer;
     private int generation = -1;
@@ -65,8 +61,6 @@ final class ConsumerWorker {
     private long commits;
     private long commitErrors;
     private final Map<String, Long> positions = new TreeMap<>();
-    // The whole assignment after the last rebalance event (a cooperative rebalance names only what moves).
-    private int[] assigned = new int[0];
 
     ConsumerWorker(Spec spec, Lifecycle lc) {
         this.spec = spec;
@@ -88,19 +82,7 @@ final class ConsumerWorker {
         if (spec.has("batch")) {
             p.setProperty(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Long.toString(spec.lng("batch", 500)));
         }
-        for (Map.Entry<String, Object> e : Spec.connection().entrySet()) {
-            p.setProperty(e.getKey(), Spec.propertyValue(e.getValue()));
-        }
-        Spec config = spec.sub("config");
-        if (config != null) {
-            for (Map.Entry<String, Object> e : config.m.entrySet()) {
-                if (List.of(OWNED).contains(e.getKey())) {
-                    Log.warn("config." + e.getKey() + " ignored: the driver sets it from the spec");
-                } else if (e.getValue() != null) {
-                    p.setProperty(e.getKey(), Spec.propertyValue(e.getValue()));
-                }
-            }
-        }
+        p.putAll(Spec.clientProperties(spec.sub("config"), OWNED, "config"));
         String strategy = spec.str("commit", "sync");
         p.setProperty(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, spec.str("bootstrap"));
         String group = spec.str("group", "");
@@ -119,55 +101,8 @@ final class ConsumerWorker {
         return p;
     }
 
-    private static int[] partitions(Collection<TopicPartition> parts) {
-        int[] a = new int[parts.size()];
-        int k = 0;
-        for (TopicPartition tp : parts) {
-            a[k++] = tp.partition();
-        }
-        java.util.Arrays.sort(a);
-        return a;
-    }
-
-    /**
-     * The whole assignment (sorted) after a rebalance event ({@code assign}, {@code revoke} or {@code lost})
-     * naming {@code parts}. The listener hears every partition that leaves (an eager rebalance revokes all
-     * before it assigns the new set), so an assign adds to what is kept and a revoke or loss removes.
-     */
-    static int[] assignmentAfter(int[] current, String event, int[] parts) {
-        boolean assign = "assign".equals(event);
-        if (!assign && !"revoke".equals(event) && !"lost".equals(event)) {
-            throw new IllegalArgumentException("not a rebalance event: " + event + " (assign, revoke or lost)");
-        }
-        TreeSet<Integer> after = new TreeSet<>();
-        for (int p : current) {
-            after.add(p);
-        }
-        for (int p : parts) {
-            if (assign) {
-                after.add(p);
-            } else {
-                after.remove(p);
-            }
-        }
-        return after.stream().mapToInt(Integer::intValue).toArray();
-    }
-
-    /** Records one consumer event and hands it to the OS at once (events are few and precious). */
     private void event(String name, int[] parts, long[] offsets, Boolean success, String error) {
-        event(name, parts, offsets, success, error, null);
-    }
-
-    private void event(String name, int[] parts, long[] offsets, Boolean success, String error, int[] after) {
-        synchronized (events) {
-            events.l(index).l(pid).l(incarnation).l(System.nanoTime()).s(name).ints(parts).longs(offsets)
-                    .b(success).s(error).ints(after).end();
-        }
-        try {
-            events.flush();
-        } catch (IOException e) {
-            Log.warn("could not write an event: " + e);
-        }
+        streams.event(name, parts, offsets, success, error);
     }
 
     private void commitEvent(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
@@ -194,7 +129,7 @@ final class ConsumerWorker {
 
     /** Called by {@link CommitInterceptor} for commits the client made by itself (commit=auto). */
     void autoCommitted(Map<TopicPartition, OffsetAndMetadata> offsets) {
-        if ("auto".equals(strategy) && events != null) {
+        if ("auto".equals(strategy) && streams != null) {
             commitEvent(offsets, null);
         }
     }
@@ -232,17 +167,7 @@ final class ConsumerWorker {
     }
 
     private void record(ConsumerRecords<byte[], byte[]> batch, long now, long pollId) throws IOException {
-        int seq = 0;
-        synchronized (reads) {
-            for (ConsumerRecord<byte[], byte[]> r : batch) {
-                byte[] key = r.key();
-                reads.l(index).l(pid).l(incarnation).l(generation).l(r.partition()).l(r.offset())
-                        .s(key == null ? null : new String(key, StandardCharsets.UTF_8))
-                        .l(Payload.decode(r.value())).l(now).l(pollId).l(seq++).end();  // seq: the client's order
-            }
-        }
-        reads.flush();  // on disk before the commit that follows
-        read += batch.count();
+        read += streams.record(batch, now, pollId, generation);  // on disk before the commit that follows
     }
 
     private void sleepProcessing(long ms) {
@@ -285,16 +210,10 @@ final class ConsumerWorker {
         }
     }
 
-    private void rebalanced(String name, Collection<TopicPartition> parts) {
-        int[] ps = partitions(parts);
-        assigned = assignmentAfter(assigned, name, ps);
-        event(name, ps, null, null, null, assigned);
-    }
-
     private final class Listener implements ConsumerRebalanceListener {
         @Override
         public void onPartitionsRevoked(Collection<TopicPartition> parts) {
-            rebalanced("revoke", parts);
+            streams.rebalanced("revoke", parts);
             for (TopicPartition tp : parts) {
                 consumed.remove(tp);
             }
@@ -304,12 +223,12 @@ final class ConsumerWorker {
         public void onPartitionsAssigned(Collection<TopicPartition> parts) {
             generation = consumer.groupMetadata().generationId();
             rebalances++;
-            rebalanced("assign", parts);
+            streams.rebalanced("assign", parts);
         }
 
         @Override
         public void onPartitionsLost(Collection<TopicPartition> parts) {
-            rebalanced("lost", parts);
+            streams.rebalanced("lost", parts);
             for (TopicPartition tp : parts) {
                 consumed.remove(tp);
             }
@@ -319,15 +238,12 @@ final class ConsumerWorker {
     /** Consumes until told to stop; returns the exit code. */
     int run() throws IOException {
         Path out = Path.of(spec.str("out"));
-        String prefix = "consumer-" + index + "-" + incarnation;
-        reads = new Tsv(out.resolve(prefix + ".reads.tsv"), 1 << 18);
-        events = new Tsv(out.resolve(prefix + ".events.tsv"), 4096);
-        progress = new Progress(out.resolve(prefix + ".progress.json"));
+        streams = new ConsumerStreams(out, index, incarnation);
+        progress = new Progress(out.resolve("consumer-" + index + "-" + incarnation + ".progress.json"));
         current = this;
         lc.onTick(() -> {
             try {
-                reads.flush();
-                events.flush();
+                streams.flush();
             } catch (IOException e) {
                 Log.warn("could not write a stream: " + e);
             }
@@ -343,8 +259,7 @@ final class ConsumerWorker {
                 parts.add(new TopicPartition(topic, ((Number) p).intValue()));
             }
             consumer.assign(parts);
-            assigned = partitions(parts);
-            event("assign", assigned, null, null, null, assigned);
+            streams.assigned(ConsumerStreams.partitions(parts));
         } else {
             consumer.subscribe(List.of(topic), new Listener());
         }
@@ -395,8 +310,7 @@ final class ConsumerWorker {
             lc.blocking(false);
         }
         event("exit", new int[0], null, null, null);
-        reads.close();
-        events.close();
+        streams.close();
         writeProgress(true);
         lc.finished();
         return 0;

@@ -19,6 +19,7 @@ import org.apache.kafka.common.config.ConfigException;
  * <pre>
  * producer SPEC.json                  run a recording producer (see ProducerWorker)
  * consumer SPEC.json                  run a recording consumer (see ConsumerWorker)
+ * copier SPEC.json                    run an exactly-once read-process-write copier (see CopierWorker)
  * config-names producer|consumer      the client's config names, one per line
  * defaults                            the producer's, consumer's and admin client's declared defaults (JSON,
  *                                     see Defaults)
@@ -29,10 +30,10 @@ import org.apache.kafka.common.config.ConfigException;
  *                                     the outcome (ok|fail|indefinite) the driver gives that exception
  * </pre>
  * Exit codes: 0 normal end, 1 the worker failed (stderr says why), 2 bad usage, spec or config,
- * 3 halted by the watchdog.
+ * 3 halted by the watchdog, 4 a copier fenced (or its producer in a fatal state): the run starts it again.
  */
 public final class Main {
-    private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer SPEC.json\n"
+    private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer|copier SPEC.json\n"
             + "       ... config-names producer|consumer\n"
             + "       ... defaults\n"
             + "       ... check-config producer|consumer SPEC.json\n"
@@ -56,6 +57,7 @@ public final class Main {
             switch (args[0]) {
                 case "producer":
                 case "consumer":
+                case "copier":
                     if (args.length != 2) {
                         System.err.println(USAGE);
                         return 2;
@@ -93,13 +95,20 @@ public final class Main {
             return 2;
         }
         String name = role + "-" + spec.lng("index", 0)
-                + ("consumer".equals(role) ? "-" + spec.lng("incarnation", 0) : "");
+                + ("producer".equals(role) ? "" : "-" + spec.lng("incarnation", 0));
         Log.setName(name);
         Log.info("kafka-clients " + org.apache.kafka.common.utils.AppInfoParser.getVersion() + ", pid "
                 + ProcessHandle.current().pid() + ", spec " + specPath);
         Lifecycle lc = new Lifecycle(spec.lng("parent_pid", 0), spec.dbl("close_timeout_s", 10)).start();
         try {
-            return "producer".equals(role) ? new ProducerWorker(spec, lc).run() : new ConsumerWorker(spec, lc).run();
+            switch (role) {
+                case "producer":
+                    return new ProducerWorker(spec, lc).run();
+                case "copier":
+                    return new CopierWorker(spec, lc).run();
+                default:
+                    return new ConsumerWorker(spec, lc).run();
+            }
         } catch (ConfigException e) {
             Log.error("invalid " + role + " config: " + e.getMessage());
             return 2;

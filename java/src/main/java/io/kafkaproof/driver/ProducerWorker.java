@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Random;
@@ -33,8 +34,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * {@code .completions.tsv}, every transaction one row of {@code .txns.tsv}.
  */
 final class ProducerWorker {
-    private static final String[] OWNED = {ProducerConfig.BOOTSTRAP_SERVERS_CONFIG,
-        ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG};
+    private static final List<String> OWNED = List.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG,
+        ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG);
     private static final int BUFFER = 1 << 20;
 
     // Staged rows: sends (value_id, seq, intended_ns, send_ns, txn_id | key) and completions
@@ -85,20 +86,7 @@ final class ProducerWorker {
 
     /** Properties the producer is created with: the cluster's connection, the scenario's config, then what the driver owns. */
     static Properties properties(Spec spec, int index) {
-        Properties p = new Properties();
-        for (Map.Entry<String, Object> e : Spec.connection().entrySet()) {
-            p.setProperty(e.getKey(), Spec.propertyValue(e.getValue()));
-        }
-        Spec config = spec.sub("config");
-        if (config != null) {
-            for (Map.Entry<String, Object> e : config.m.entrySet()) {
-                if (isOwned(e.getKey())) {
-                    Log.warn("config." + e.getKey() + " ignored: the driver sets it");
-                } else if (e.getValue() != null) {
-                    p.setProperty(e.getKey(), Spec.propertyValue(e.getValue()));
-                }
-            }
-        }
+        Properties p = Spec.clientProperties(spec.sub("config"), OWNED, "config");
         p.setProperty(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, spec.str("bootstrap"));
         p.setProperty(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.setProperty(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
@@ -106,15 +94,6 @@ final class ProducerWorker {
             p.setProperty(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "kp-" + spec.str("run_id") + "-p" + index);
         }
         return p;
-    }
-
-    private static boolean isOwned(String key) {
-        for (String o : OWNED) {
-            if (o.equals(key)) {
-                return true;
-            }
-        }
-        return false;
     }
 
     private final class Done implements Callback {

@@ -4,9 +4,11 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 
 /** Typed, null-tolerant access to a worker spec (the JSON the runner writes; see runner.Workers). */
 final class Spec {
@@ -47,6 +49,29 @@ final class Spec {
             throw new SpecException("KAFKAPROOF_CLIENT_CONNECTION must be a JSON object");
         }
         return (Map<String, Object>) v;
+    }
+
+    /**
+     * The properties every worker's client starts from: the cluster's connection ({@link #connection()}),
+     * then {@code config} (the scenario's settings in the client's own names; may be null) without the
+     * names in {@code owned}, which the worker sets itself (each one given is warned about and left out).
+     * {@code where} names the config in the warning (e.g. {@code config}).
+     */
+    static Properties clientProperties(Spec config, Collection<String> owned, String where) {
+        Properties p = new Properties();
+        for (Map.Entry<String, Object> e : connection().entrySet()) {
+            p.setProperty(e.getKey(), propertyValue(e.getValue()));
+        }
+        if (config != null) {
+            for (Map.Entry<String, Object> e : config.m.entrySet()) {
+                if (owned.contains(e.getKey())) {
+                    Log.warn(where + "." + e.getKey() + " ignored: the driver sets it");
+                } else if (e.getValue() != null) {
+                    p.setProperty(e.getKey(), propertyValue(e.getValue()));
+                }
+            }
+        }
+        return p;
     }
 
     /** True when the key is present and not null. */

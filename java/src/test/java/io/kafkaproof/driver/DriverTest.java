@@ -49,15 +49,15 @@ class DriverTest {
 
     @Test
     void assignmentAfterRebalanceEvents() {
-        int[] a = ConsumerWorker.assignmentAfter(new int[0], "assign", new int[] {2, 0});
+        int[] a = ConsumerStreams.assignmentAfter(new int[0], "assign", new int[] {2, 0});
         assertArrayEquals(new int[] {0, 2}, a);
-        a = ConsumerWorker.assignmentAfter(a, "revoke", new int[] {2});  // cooperative: only what moves
+        a = ConsumerStreams.assignmentAfter(a, "revoke", new int[] {2});  // cooperative: only what moves
         assertArrayEquals(new int[] {0}, a);
-        a = ConsumerWorker.assignmentAfter(a, "assign", new int[] {1, 2});
+        a = ConsumerStreams.assignmentAfter(a, "assign", new int[] {1, 2});
         assertArrayEquals(new int[] {0, 1, 2}, a);
-        a = ConsumerWorker.assignmentAfter(a, "lost", new int[] {0, 1, 2});
+        a = ConsumerStreams.assignmentAfter(a, "lost", new int[] {0, 1, 2});
         assertArrayEquals(new int[0], a);
-        assertThrows(IllegalArgumentException.class, () -> ConsumerWorker.assignmentAfter(new int[0], "commit", new int[] {1}));
+        assertThrows(IllegalArgumentException.class, () -> ConsumerStreams.assignmentAfter(new int[0], "commit", new int[] {1}));
     }
 
     @Test
@@ -167,5 +167,27 @@ class DriverTest {
         assertEquals("K", new KeyChooser(single).choose(7, rng));
         Spec bad = new Spec(Map.of("distribution", "zipf"), "t");
         assertThrows(Spec.SpecException.class, () -> new KeyChooser(bad));
+    }
+
+    @Test
+    void copierNumbersKeysAndClientsMatchTheLibrdkafkaCopier() {
+        // run/copier.py: txn_number(3, 2, 7) and output_key(b"k1", ...)
+        assertEquals((3L << 40) | (2L << 24) | 7, CopierWorker.txnNumber(3, 2, 7));
+        long txn = CopierWorker.txnNumber(1, 0, 5);
+        assertEquals("k1|" + txn, new String(CopierWorker.outputKey("k1".getBytes(StandardCharsets.UTF_8), txn),
+                StandardCharsets.UTF_8));
+        assertEquals("|" + txn, new String(CopierWorker.outputKey(null, txn), StandardCharsets.UTF_8));
+        Spec spec = new Spec(Map.of("bootstrap", "h:9", "group", "g", "topic", "t", "commit", "sync",
+                "pipeline", Map.of("batch_size", 40L, "transaction_timeout_ms", 9000L,
+                        "producer_config", Map.of("linger.ms", 7L, "transactional.id", "mine"))), "t");
+        java.util.Properties p = CopierWorker.producerProperties(spec, "kp-x-0");
+        assertEquals("kp-x-0", p.getProperty("transactional.id"));  // the driver's: a restart keeps it
+        assertEquals("7", p.getProperty("linger.ms"));
+        assertEquals("9000", p.getProperty("transaction.timeout.ms"));
+        assertEquals("all", p.getProperty("acks"));
+        java.util.Properties c = CopierWorker.consumerProperties(spec);
+        assertEquals("40", c.getProperty("max.poll.records"));
+        assertEquals("false", c.getProperty("enable.auto.commit"));
+        assertEquals("read_committed", c.getProperty("isolation.level"));
     }
 }

@@ -34,6 +34,7 @@ from ..errors import ClusterError, ClusterNotRunning, FaultError
 from ..paths import write_text_atomic
 from ..spec.cluster import (JIT_MODES, ClusterConfig, new_cluster_id, node_properties, plan_nodes, render_properties,
                             scram_format_args, shutdown_waves)
+from ..spec import cluster_features
 from ..spec.fault_families import kinds_needing
 from ..spec.faults import CLOCK_KINDS, FAULT_KINDS, NETWORK_KINDS
 from . import clock, host, network, process, state
@@ -138,7 +139,10 @@ class LocalCluster(StatefulCluster, DiskFleet):
             (ndir / "data").mkdir(parents=True)
             props = node_properties(config, node, planned, ndir, self.dist.major, st.security)
             write_text_atomic(ndir / "server.properties", render_properties(props), private=True)
-        extra = scram_format_args(st.security)
+        extra = scram_format_args(st.security) + cluster_features.format_args(config.features, config.kafka_version)
+        if config.features:
+            log.info("cluster %s: formatted with feature levels %s", self.name,
+                     ", ".join(f"{k}={v}" for k, v in sorted(config.features.items())))
         with ThreadPoolExecutor(max_workers=len(st.nodes)) as pool:  # each format is a JVM start
             list(pool.map(lambda n: self._format(workdir / f"node-{n.id}", st.cluster_id, extra), st.nodes))
         if config.disk:  # the formatted directory becomes the disk's backing: what format wrote is on disk

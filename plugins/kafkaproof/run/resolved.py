@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cluster.reuse import config_key
-from ..errors import KafkaproofError
+from ..errors import KafkaproofError, ScenarioError
 from ..faults import check_scenario_faults
 from ..spec.attach import check_attach
 from ..spec.clients import ClientConfigError, apply_overrides, environment_overrides
@@ -110,6 +110,10 @@ def resolve(scenario: Scenario, overrides: Overrides = Overrides()) -> ResolvedS
     overridden = scenario.with_overrides(overrides.messages, overrides.kafka_version, overrides.brokers,
                                          overrides.bootstrap, overrides.backend, overrides.client,
                                          overrides.upgrade_to, overrides.attach_project)
+    if overrides.bootstrap and (features := overridden.data["cluster"].get("features")):
+        raise ScenarioError(f"{scenario.path}: cluster.features: {features} are format-time levels of a cluster "
+                            f"kafkaproof starts; the existing cluster at {overrides.bootstrap} keeps the levels it has "
+                            f"(run without --bootstrap, or drop cluster.features / cluster.elr)")
     # drawn once, recorded, replayable
     drawn = overridden.with_random_schedule(overrides.seed, known_nodes=not overrides.bootstrap)
     check_attach(drawn.data, str(drawn.path))  # a random schedule's drawn kinds too

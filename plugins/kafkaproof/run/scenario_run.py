@@ -44,6 +44,7 @@ from .copier_run import PipelineRun, copier_spec, reader_spec
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .resolved import ResolvedScenario
+from .elr import ElrSampler, features_record
 from .drain import audit_summary, committed_offsets, describe_group, drain, high_watermarks
 from .sampler import SnapshotSampler
 from .stopping import DEFAULT_MIN_FREE_DISK_MB, early_stop_reason, free_disk_mb, stop_requested
@@ -220,6 +221,10 @@ class ScenarioRun:
                 self.node_log_start = {nid: _size(self.cluster.node_log(nid))
                                        for nid in self.cluster.node_ids()}  # earlier runs' lines stay out
                 self.cluster.wait_ready(60)
+                pinned, has = data["cluster"].get("features") or {}, (self.cluster.state().config or {}).get("features")
+                if pinned and pinned != (has or {}):
+                    raise KafkaproofError(f"the scenario pins feature levels {pinned} but cluster "
+                                          f"{self.options.cluster_name!r} was formatted with {has or 'its defaults'}")
                 if data["cluster"].get("proxy") and not self.cluster.has_proxy:
                     raise KafkaproofError(f"the scenario needs the fault proxy but cluster "
                                           f"{self.options.cluster_name!r} runs without it (`cluster up --proxy`)")
@@ -255,6 +260,7 @@ class ScenarioRun:
         self.bootstrap = self.cluster.bootstrap_servers()
         self.direct_bootstrap = self.cluster.direct_bootstrap()
         self.manifest["cluster"] = self.cluster.status()
+        self.manifest["features"] = features_record(self.cluster, data["cluster"])
         self.manifest["client_connection"] = redacted(self.cluster.client_config())
         t = data["topic"]
         if t["create"]:
@@ -344,6 +350,13 @@ class ScenarioRun:
         sampler = SnapshotSampler(self.cluster, topic).start()
         stack.callback(sampler.stop)
         self.sampler = sampler
+        if self.cluster is not None and int(str(data["cluster"]["kafka_version"]).split(".")[0]) >= 4:
+            elr = ElrSampler(self.cluster, topic).start()  # KIP-966's evidence: leader, ISR, ELR changes
+
+            def keep_elr() -> None:
+                elr.stop()
+                self.manifest["elr"] = elr.summary()
+            stack.callback(keep_elr)
         cons = data["consumers"]
         prod = data["producers"]
         consumer_spec = {k: cons[k] for k in ("mode", "isolation_level", "commit", "processing_ms", "config")}

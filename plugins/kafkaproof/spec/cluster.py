@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import ClusterError
-from . import jbod
+from . import cluster_features, jbod
 from .connection import PROXY_ON_TLS, SASL_MECHANISMS, SECURITY_PROTOCOLS
 from .versions import DEFAULT_KAFKA_VERSION
 
@@ -72,6 +72,7 @@ class ClusterConfig:
     log_dirs: int = 1  # local: log directories per broker (JBOD, spec/jbod.py)
     client_security: str = "PLAINTEXT"  # local: the CLIENT listener's protocol (INTERNAL and CONTROLLER stay plaintext)
     sasl_mechanism: str = "SCRAM-SHA-256"  # local, with a SASL protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    features: Mapping[str, int] = field(default_factory=dict)  # local: format-time levels (spec/cluster_features.py)
 
     def validate(self) -> "ClusterConfig":
         check_cluster_name(self.name)
@@ -100,11 +101,20 @@ class ClusterConfig:
             raise ClusterError(f"disk: only the local backend puts its nodes' log directories on diskfs "
                                f"(backend is {self.backend})")
         self._validate_security()
+        self._validate_features()
         for node_id in self.node_config:
             if node_id not in self.node_ids():
                 raise ClusterError(f"node_config names node {node_id}, which this cluster does not have "
                                    f"(nodes: {self.node_ids()})")
         return self
+
+    def _validate_features(self) -> None:
+        if self.features and self.backend != "local":
+            raise ClusterError(f"features: only the local backend formats its nodes with kafka-storage format "
+                               f"--feature (backend is {self.backend})")
+        for name, level in sorted(self.features.items()):
+            if (problem := cluster_features.level_problem(name, level, self.kafka_version)) is not None:
+                raise ClusterError(f"features.{name}: {problem}")
 
     def _validate_security(self) -> None:
         if self.client_security not in SECURITY_PROTOCOLS:
@@ -126,12 +136,14 @@ class ClusterConfig:
         return cls(name=name, brokers=layout["brokers"], controllers=layout["controllers"],
                    kafka_version=kafka_version, broker_config=dict(layout["broker_config"]),
                    node_config={int(k): dict(v) for k, v in layout["node_config"].items()},
-                   log_dirs=int(layout.get("log_dirs", 1)))
+                   log_dirs=int(layout.get("log_dirs", 1)), features=dict(layout.get("features") or {}))
 
     def node_layout(self) -> dict[str, Any]:
         """Pure: the nodes and their settings, as a cluster's state file records them."""
         layout = {"brokers": self.brokers, "controllers": self.controllers, "broker_config": dict(self.broker_config),
                   "node_config": {str(k): dict(v) for k, v in self.node_config.items()}}
+        if self.features:  # only when pinned (older states: the release's defaults)
+            layout["features"] = dict(self.features)
         return {**layout, "log_dirs": self.log_dirs} if self.log_dirs > 1 else layout  # older states: 1
 
     def broker_ids(self) -> list[int]:
@@ -385,4 +397,5 @@ def cluster_config(data: dict, name: str, base: Path | None = None) -> ClusterCo
                          node_config={int(k): v for k, v in c["node_config"].items()},
                          proxy=bool(c.get("proxy", False)), backend=c.get("backend", "local"),
                          image=c.get("image"), compose_file=compose_file, clock=bool(c.get("clock", False)),
-                         disk=bool(c.get("disk", False)), log_dirs=int(c.get("log_dirs", 1)))
+                         disk=bool(c.get("disk", False)), log_dirs=int(c.get("log_dirs", 1)),
+                         features=cluster_features.pinned_features(c))

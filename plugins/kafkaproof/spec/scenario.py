@@ -22,8 +22,8 @@ from .application import (ApplicationSection, check_application_backend, check_a
 from .clients import CLIENTS, ClientConfigError, config_conflicts, parse_acks
 from .cluster import CLUSTER_BACKENDS, compose_topology
 from ..errors import ClusterError, FaultError, ScenarioError
-from . import (attach as attach_spec, copier, jbod, pipeline_ledger, random_faults, share_group, share_ledger, together,
-               triggers)
+from . import (attach as attach_spec, cluster_features, copier, jbod, pipeline_ledger, random_faults, share_group,
+               share_ledger, together, triggers)
 from .fault_families import CONSUMER, family_of, kinds_needing
 from .corruption import scenario_majority_problem
 from .group_protocol import check_group_protocol
@@ -94,10 +94,10 @@ SCHEMA: dict[str, Any] = {
                 "backend": {"enum": list(CLUSTER_BACKENDS),
                             "description": "local: Kafka JVMs on this host (default); compose: containers of a "
                                            "Docker Compose project (compose/)"},
-                "compose_file": {"type": "string", "minLength": 1,
-                                 "description": "compose backend: your own compose file instead of "
-                                                "compose/<topology>.yml (relative to this scenario file), keeping "
-                                                "kafkaproof's service names, addresses and labels (docs/compose.md)"},
+                "compose_file": {"type": "string", "minLength": 1, "description": "compose backend: your own compose "
+                                 "file instead of compose/<topology>.yml (relative to this scenario file), keeping "
+                                 "kafkaproof's service names, addresses and labels (docs/compose.md)"},
+                "features": cluster_features.SCHEMA, "elr": cluster_features.ELR_SCHEMA,
                 "attach": attach_spec.SCHEMA,
                 "image": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$",
                           "description": "compose backend: the Kafka image (default kafkaproof/kafka:<kafka_version>, "
@@ -569,6 +569,7 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
     if cons["mode"] == "assign" and cons["count"] > 1:
         fail("consumers.count", "assign mode supports one consumer (it reads every partition)")
     jbod.check(data, fail)
+    cluster_features.check(data, fail)  # folds cluster.elr into cluster.features
     together.check_groups(data["faults"], brokers, node_ids, lambda k: FaultSpec(k).resolved_target, fail)
     proxy_faults = [i for i, f in enumerate(data["faults"]) if f["kind"] in PROXY_KINDS]
     if proxy_faults:

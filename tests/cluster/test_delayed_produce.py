@@ -40,7 +40,8 @@ def test_a_held_transactional_produce_delivered_late_is_fenced_under_v1_and_v2(t
     for name, d in runs.items():
         manifest = json.loads((d / "manifest.json").read_text())
         level = int(name[-1])
-        assert manifest["scenario"]["cluster"]["features"]["transaction.version"] == level
+        assert manifest["features"]["format"]["transaction.version"] == level
+        assert manifest["features"]["finalized"]["transaction.version"] == level
         events = collections.defaultdict(list)
         for e in rows(d, "proxy_events"):
             if e["action"] == "hold":

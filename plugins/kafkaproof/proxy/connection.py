@@ -379,6 +379,8 @@ class _Connection:
         self.close_reason = reason
         if not rst and self.down is not None:
             self._report_held_back()
+        if self.holds and not self.keep_upstream:
+            held_.stop(self, f"connection closed: {reason}")
         for sender in (self.up, self.down):
             if sender is not None:
                 sender.flush()

@@ -122,6 +122,10 @@ def client_gone(conn: _Connection, reason: str) -> bool:
         "requests_dropped": len(behind),
         "dropped": [{"api": kp.api_name(i.ctx.header.api_key), "correlation_id": i.ctx.header.correlation_id}
                     for i in behind]})
+    for other in conn.holds:
+        if other is not held and not other.released:
+            _finish(conn, other, "held_unanswered", {"reason": "dropped: queued behind another held request"},
+                    close_upstream=False)
     conn.keep_upstream = True
     conn.close(reason)
     upstream = conn.upstream_side
@@ -166,7 +170,7 @@ def _on_answer(conn: _Connection, held: Held, frame: bytes) -> None:
     _finish(conn, held, "held_answered", detail)
 
 
-def _finish(conn: _Connection, held: Held, phase: str, detail: dict[str, Any]) -> None:
+def _finish(conn: _Connection, held: Held, phase: str, detail: dict[str, Any], close_upstream: bool = True) -> None:
     """Report the late delivery's end once and close the proxy's broker connection."""
     if held.done:
         return
@@ -176,6 +180,8 @@ def _finish(conn: _Connection, held: Held, phase: str, detail: dict[str, Any]) -
         held.timer = None
     conn.event("fault", held.ctx, held.state, phase=phase,
                detail={"held_ms": _ms(conn.now() - held.held_at), **detail})
+    if not close_upstream:
+        return
     conn.listener.awaiting.discard(conn)
     upstream = conn.upstream_side
     if upstream is not None:
@@ -183,11 +189,12 @@ def _finish(conn: _Connection, held: Held, phase: str, detail: dict[str, Any]) -
         abort_with_rst(upstream.transport)
 
 
-def stop(conn: _Connection) -> None:
-    """The proxy stops: a held request not delivered yet never will be."""
+def stop(conn: _Connection, reason: str = "proxy stopping") -> None:
+    """The proxy stops, or the connection closes without a late delivery to make (the broker side went, or
+    the proxy closed it): a held request not delivered yet never will be."""
     for held in conn.holds:
         if not held.done:
-            _finish(conn, held, "held_unanswered", {"reason": "proxy stopping"})
+            _finish(conn, held, "held_unanswered", {"reason": reason}, close_upstream=conn.keep_upstream)
 
 
 def _ms(seconds: float) -> float:

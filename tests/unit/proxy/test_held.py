@@ -165,3 +165,21 @@ def test_a_held_request_not_delivered_when_the_proxy_stops_is_reported(run: Any)
             assert unanswered["detail"]["reason"] == "proxy stopping"
             assert ("t", 0) not in s.cluster.logs
     run(scenario())
+
+
+def test_a_second_held_request_behind_the_first_is_dropped_with_the_client(run: Any) -> None:
+    async def scenario() -> None:
+        async with stack() as s:
+            s.proxy.add_rule({"action": "hold", "ms": 300, "count": 2})
+            client = await s.client()
+            await client.send(produce_request(9, {"t": [0]}, transactional_id="c"), 1)
+            await client.send(produce_request(9, {"t": [1]}, transactional_id="c"), 2)
+            await _until(lambda: len(s.faults(phase="held")) == 2)
+            await client.close()
+            await _until(lambda: s.faults(phase="held_answered"), timeout=5)
+            (answered,) = s.faults(phase="held_answered")
+            assert answered["correlation_id"] == 1
+            (dropped,) = s.faults(phase="held_unanswered")
+            assert dropped["correlation_id"] == 2 and "queued behind another held request" in dropped["detail"]["reason"]
+            assert ("t", 1) not in s.cluster.logs and len(s.cluster.logs[("t", 0)]) == 1
+    run(scenario())

@@ -1099,3 +1099,9 @@ def together_skewed() -> Golden:
 
 
 GOLDENS[together_skewed.__name__] = together_skewed
+
+
+# Issue 43: the delayed-Produce and hanging-transaction histories (tests/golden_pipeline.py).
+from golden_pipeline import PIPELINE_GOLDENS  # noqa: E402 - it builds on Golden above
+
+GOLDENS.update(PIPELINE_GOLDENS)

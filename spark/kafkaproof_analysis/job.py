@@ -79,7 +79,7 @@ def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
                  .unionByName(commit_anomalies(reads, tables["consumer_events"], audit, ctx)))
     pipeline_missing = missing_tables({t: store.exists(f"{run_dir}/{t}.parquet") for t in PIPELINE_TABLES})
     if not pipeline_missing:
-        anomalies = anomalies.unionByName(pipeline_anomalies(tables))
+        anomalies = anomalies.unionByName(pipeline_anomalies(tables, ctx.manifest))
     share_missing = missing_share_tables({t: store.exists(f"{run_dir}/{t}.parquet") for t in SHARE_TABLES})
     if not share_missing:
         anomalies = anomalies.unionByName(share_anomalies(tables, ctx.manifest))
@@ -150,7 +150,7 @@ def analyze_run(spark: SparkSession, run_dir: str, log=print) -> dict[str, Any]:
         "clients": ctx.manifest.get("clients"),
         "timestamps": (timestamp_regressions(audit) if any(f["kind"] in CLOCK_FAULT_KINDS for f in faults)
                        else None),
-        "pipeline": pipeline_metrics(tables, pipeline_missing),
+        "pipeline": pipeline_metrics(tables, pipeline_missing, ctx.manifest),
         "share": share_metrics(tables, share_missing, ctx.manifest),
         "claims": {**({} if ctx.delivery_within_s is None else {"delivery": {
             "within_s": ctx.delivery_within_s, "undelivered": counts["undelivered_attempts"],

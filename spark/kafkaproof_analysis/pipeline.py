@@ -1,8 +1,8 @@
 """Exactly-once pipeline checks (issue 43): a read-process-write copier's transactions against its output.
 
 On the pipeline ledger (plugins/kafkaproof/spec/pipeline_ledger.py; docs/analysis.md defines each kind):
-eos_lost, eos_duplicated, eos_aborted_read, precommitted_read, offsets_outputs_disagree, hanging_transaction
-and the negative control eos_dirty_read. A run without all five tables cannot judge the pipeline
+eos_lost, eos_duplicated, eos_aborted_read, precommitted_read, offsets_outputs_disagree, eos_late_write,
+hanging_transaction, lso_stall and the negative control eos_dirty_read. A run without all five tables cannot judge the pipeline
 (`missing_tables`): no rows, and metrics' `pipeline.applicable` is false, which the verdict turns into
 "not applicable" for the claim exactly_once_pipeline, never a pass.
 """
@@ -18,6 +18,18 @@ from .schemas import PIPELINE_TABLES
 
 TXN_FIELDS = ("txn", "transactional_id", "copier", "producer_id", "epoch", "outcome", "begin_ns", "commit_ns",
               "end_ns")
+DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
+# The coordinator looks for timed-out transactions this often (transaction.abort.timed.out.transaction.
+# cleanup.interval.ms, 10 s by default): an open transaction may hold the LSO this much past its timeout.
+ABORT_CHECK_INTERVAL_MS = 10_000
+
+
+def lso_stall_threshold_ns(manifest: Mapping[str, Any] | None) -> int:
+    """Pure: how long the last stable offset of an output partition may stand behind an open transaction
+    before it is an lso_stall: the copiers' transaction timeout plus the coordinator's check interval."""
+    pipeline = ((manifest or {}).get("scenario") or {}).get("pipeline") or {}
+    timeout_ms = pipeline.get("transaction_timeout_ms") or DEFAULT_TRANSACTION_TIMEOUT_MS
+    return int((timeout_ms + ABORT_CHECK_INTERVAL_MS) * 1_000_000)
 
 
 def missing_tables(present: Mapping[str, bool]) -> list[str]:
@@ -46,7 +58,7 @@ def output_log(output_audit: DataFrame, txns: DataFrame) -> DataFrame:
             .withColumn("is_committed", F.coalesce(F.col("committed"), by_outcome)))
 
 
-def pipeline_anomalies(tables: Mapping[str, DataFrame]) -> DataFrame:
+def pipeline_anomalies(tables: Mapping[str, DataFrame], manifest: Mapping[str, Any] | None = None) -> DataFrame:
     """Every pipeline anomaly row of a run that has the pipeline ledger (see the module docstring)."""
     txns, recs = tables["transactions"], tables["transaction_records"]
     log = output_log(tables["output_audit"], txns)
@@ -83,8 +95,77 @@ def pipeline_anomalies(tables: Mapping[str, DataFrame]) -> DataFrame:
                         "their last stable offset", F.col("txn"), F.col("transactional_id"),
                         F.col("producer_id"), F.col("epoch"), F.col("copier"), F.col("records"),
                         _ids("partitions")).alias("detail"))
+    late = late_writes(log).select(
+        F.lit("eos_late_write").alias("kind"), "value_id", "partition", "offset", F.col("end_ns").alias("t_start_ns"),
+        F.format_string("offset %s of output partition %s (value %s) was written by transaction %s (transactional id "
+                        "%s, producer id %s, epoch %s), which its copier aborted, and carries a commit marker: the "
+                        "late write landed in a later transaction (%s) that committed it", F.col("offset"),
+                        F.col("partition"), F.col("value_id"), F.col("txn"), F.col("transactional_id"),
+                        F.col("producer_id"), F.col("epoch"),
+                        F.coalesce(F.col("landed_in").cast("string"), F.lit("unknown"))).alias("detail"))
+    stalls = lso_stalls(log, tables["output_reads"], lso_stall_threshold_ns(manifest)).select(
+        F.lit("lso_stall").alias("kind"), "value_id", "partition", "offset", F.col("begin_ns").alias("t_start_ns"),
+        F.col("recovered_ns").alias("t_end_ns"),
+        F.format_string("the last stable offset of output partition %s stood at offset %s behind transaction %s "
+                        "(transactional id %s, producer id %s, epoch %s, copier %s, %s) while later transactions "
+                        "committed: %s committed records waited up to %.1f s after their commit for read_committed "
+                        "readers, longer than the transaction timeout and the coordinator's check interval "
+                        "(%.0f s); it moved on again %.1f s after the first of them was committed",
+                        F.col("partition"), F.col("offset"), F.col("txn"), F.col("transactional_id"),
+                        F.col("producer_id"), F.col("epoch"), F.col("copier"),
+                        F.when(F.col("end_ns").isNull(), F.lit("never ended by its copier"))
+                        .otherwise(F.concat(F.lit("ended "), F.col("outcome"))),
+                        F.col("waited"), F.col("max_wait_ns") / F.lit(1e9),
+                        F.lit(lso_stall_threshold_ns(manifest) / 1e9),
+                        (F.col("recovered_ns") - F.col("first_commit_ns")) / F.lit(1e9)).alias("detail"))
     return (_as_anomalies(duplicated).unionByName(_as_anomalies(lost)).unionByName(_as_anomalies(disagree))
-            .unionByName(_as_anomalies(reads)).unionByName(_as_anomalies(hanging)))
+            .unionByName(_as_anomalies(reads)).unionByName(_as_anomalies(hanging))
+            .unionByName(_as_anomalies(late)).unionByName(_as_anomalies(stalls)))
+
+
+def late_writes(log: DataFrame) -> DataFrame:
+    """Records of the output log whose own transaction (read from their key) its copier aborted but whose
+    marker is a commit: Jepsen's delayed Produce, a write that reached the broker after its transaction ended
+    and landed in a later one. `landed_in`: the committed transaction of the same transactional id with the
+    nearest record in that partition."""
+    late = log.filter((F.col("txn_outcome") == "aborted") & F.coalesce(F.col("committed"), F.lit(False)))
+    hosts = log.filter((F.col("txn_outcome") == "committed") & F.col("is_committed")).select(
+        "partition", F.col("transactional_id").alias("host_tid"), F.col("offset").alias("host_offset"),
+        F.col("txn").alias("host_txn"))
+    near = (late.join(hosts, (late["partition"] == hosts["partition"])
+                      & (late["transactional_id"] == hosts["host_tid"]), "left")
+            .groupBy(late["partition"], late["offset"])
+            .agg(F.min(F.struct(F.abs(F.col("host_offset") - late["offset"]).alias("d"),
+                                F.col("host_txn").alias("t")))["t"].alias("landed_in")))
+    return late.join(near, ["partition", "offset"], "left")
+
+
+def lso_stalls(log: DataFrame, reads: DataFrame, threshold_ns: int) -> DataFrame:
+    """Output partitions whose last stable offset stood still behind one transaction while later transactions
+    committed records there: each committed record a read_committed reader read more than `threshold_ns`
+    after its commit was requested, blamed on the lowest-offset transaction below it in the partition that
+    was still open at that commit (no end time, or an end after it). One row per (partition, blocking
+    transaction), with when the partition moved on (the first such late read)."""
+    first_read = (reads.filter(F.col("isolation") == "read_committed")
+                  .groupBy("partition", "offset").agg(F.min("read_ns").alias("read_ns")))
+    waited = (log.filter(F.col("is_committed") & F.col("commit_ns").isNotNull())
+              .join(first_read, ["partition", "offset"], "inner")
+              .withColumn("wait_ns", F.col("read_ns") - F.col("commit_ns"))
+              .filter(F.col("wait_ns") > F.lit(threshold_ns))
+              .select("partition", F.col("offset").alias("w_offset"), F.col("txn").alias("w_txn"),
+                      F.col("commit_ns").alias("w_commit_ns"), "read_ns", "wait_ns"))
+    firsts = log.groupBy("txn", "partition").agg(F.min("offset").alias("offset"), F.min("value_id").alias("value_id"))
+    txns = log.select(*[F.col("txn_outcome").alias("outcome") if c == "outcome" else c for c in TXN_FIELDS]).distinct()
+    holders = firsts.join(txns, "txn")
+    blocked = (waited.join(holders, "partition")
+               .filter((F.col("offset") < F.col("w_offset")) & (F.col("txn") != F.col("w_txn"))
+                       & (F.col("end_ns").isNull() | (F.col("end_ns") > F.col("w_commit_ns")))))
+    blame = (blocked.groupBy("partition", "w_offset")
+             .agg(F.min(F.struct("offset", "txn"))["txn"].alias("txn")))
+    rows = blocked.join(blame, ["partition", "w_offset", "txn"], "inner")
+    return (rows.groupBy("partition", "txn", "offset", "value_id", *[c for c in TXN_FIELDS if c != "txn"])
+            .agg(F.count("*").alias("waited"), F.max("wait_ns").alias("max_wait_ns"),
+                 F.min("read_ns").alias("recovered_ns"), F.min("w_commit_ns").alias("first_commit_ns")))
 
 
 def _offsets_outputs_disagree(inputs: DataFrame, by_committed: DataFrame, committed: DataFrame,
@@ -150,7 +231,8 @@ def hanging_transactions(txns: DataFrame, log: DataFrame) -> DataFrame:
     return open_.join(held.filter(F.col("marked") == 0), "txn", "inner")
 
 
-def pipeline_metrics(tables: Mapping[str, DataFrame], missing: list[str]) -> dict[str, Any]:
+def pipeline_metrics(tables: Mapping[str, DataFrame], missing: list[str],
+                     manifest: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """metrics.json's `pipeline`: applicability, transactions per outcome, reads per isolation, the hanging
     transactions named (producer id, epoch, partitions held)."""
     out = pipeline_metrics_base(missing)
@@ -167,4 +249,12 @@ def pipeline_metrics(tables: Mapping[str, DataFrame], missing: list[str]) -> dic
     log = output_log(tables["output_audit"], txns)
     out["hanging"] = [{k: r[k] for k in ("txn", "transactional_id", "producer_id", "epoch", "copier", "partitions")}
                       for r in hanging_transactions(txns, log).orderBy("txn").collect()]
+    out["lso_stall_threshold_s"] = lso_stall_threshold_ns(manifest) / 1e9
+    out["lso_stalls"] = [
+        {"partition": r["partition"], "offset": r["offset"], "txn": r["txn"], "transactional_id": r["transactional_id"],
+         "producer_id": r["producer_id"], "epoch": r["epoch"], "max_wait_s": r["max_wait_ns"] / 1e9,
+         "records_waited": r["waited"]}
+        for r in lso_stalls(log, tables["output_reads"], lso_stall_threshold_ns(manifest))
+        .orderBy("partition", "offset").collect()]
+    out["late_writes"] = late_writes(log).count()
     return out

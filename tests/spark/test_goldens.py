@@ -332,6 +332,31 @@ def test_the_pipeline_claim_names_hanging_transactions_and_is_never_passed_witho
 
 
 @pytest.mark.spark
+def test_a_delayed_produce_landed_in_a_later_transaction_and_a_stalled_lso_are_named(runs):
+    """Issue 43: the late write names its aborted transaction and the one it landed in; the LSO stall names
+    the blocking transaction (producer id, epoch, copier) and how long committed records waited; both fail."""
+    rows = anomalies_of(runs["pipeline_delayed_produce"])
+    (late,) = rows[rows["kind"] == "eos_late_write"].itertuples()
+    assert ("offset 5 of output partition 0 (value 0) was written by transaction 0 (transactional id copier-0, "
+            "producer id 100, epoch 0), which its copier aborted" in late.detail)
+    assert "landed in a later transaction (1) that committed it" in late.detail
+    assert metrics_of(runs["pipeline_delayed_produce"])["pipeline"]["late_writes"] == 1
+    assert validate(runs["pipeline_delayed_produce"], data_docs=False).status == "fail"
+
+    rows = anomalies_of(runs["pipeline_hanging"])
+    (stall,) = rows[rows["kind"] == "lso_stall"].itertuples()
+    assert ("the last stable offset of output partition 0 stood at offset 3 behind transaction 1 (transactional id "
+            "copier-0, producer id 100, epoch 0, copier 0, never ended by its copier)" in stall.detail)
+    assert "2 committed records waited up to 38.0 s" in stall.detail and "(20 s)" in stall.detail
+    m = metrics_of(runs["pipeline_hanging"])["pipeline"]
+    assert m["lso_stall_threshold_s"] == 20.0
+    assert m["lso_stalls"] == [{"partition": 0, "offset": 3, "txn": 1, "transactional_id": "copier-0",
+                                "producer_id": 100, "epoch": 0, "max_wait_s": 38.0, "records_waited": 2}]
+    assert [h["txn"] for h in m["hanging"]] == [3] and m["hanging"][0]["partitions"] == [1]
+    assert validate(runs["pipeline_hanging"], data_docs=False).status == "fail"
+
+
+@pytest.mark.spark
 def test_the_share_claim_counts_outcomes_and_is_never_passed_without_its_ledger(runs):
     """Issue 46: metrics' `share` section (outcomes per record), the rows' sentences, and the claim without the
     share ledger."""

@@ -14,7 +14,8 @@ from . import protocol as kp
 from .deliveries import FetchDeliveries, FetchSession, PartitionKey, fetch_deliveries, is_consumer_fetch
 from .errors import KafkaProtocolError, ProxyError, UnsupportedVersion
 from .events import stamp
-from .rules import BANDWIDTH, BLACKHOLE, BOTH, ERROR, LATENCY, LOST_ACK, REQUEST, RESET, RESPONSE, RuleState
+from . import held as held_
+from .rules import BANDWIDTH, BLACKHOLE, BOTH, ERROR, HOLD, LATENCY, LOST_ACK, REQUEST, RESET, RESPONSE, RuleState
 from .stream import SLOT_DROP, SLOT_PENDING, SLOT_READY, SLOT_RESET, FrameProtocol, Item, OrderedSender, abort_with_rst
 
 if TYPE_CHECKING:
@@ -145,6 +146,10 @@ class _Connection:
         self.written: list[tuple[float, Item]] = []
         self.track_written = False
         self.fetch_session = FetchSession()  # with the delivery log on: the fetch offsets of this connection
+        # `hold` rules: the requests held on this connection, and whether the broker side stays open for a
+        # held request's late delivery after the client's side closed (held.py).
+        self.holds: list[held_.Held] = []
+        self.keep_upstream = False
         self.now = self.proxy.now
 
     # ----------------------------------------------------------------- lifecycle
@@ -194,6 +199,8 @@ class _Connection:
         if isinstance(exc, KafkaProtocolError):
             self.event("protocol_error", detail={"direction": REQUEST, "error": str(exc)})
             self.close(f"bad request: {exc}")
+        elif self.holds and held_.client_gone(self, _lost_reason("client", exc)):
+            return  # a held request goes to the broker later, on the proxy's own connection
         elif self.up is None or self.up.idle():
             self.close(_lost_reason("client", exc))
         else:
@@ -320,6 +327,8 @@ class _Connection:
         if self._await_timer is not None:
             self._await_timer.cancel()
             self._await_timer = None
+        if self.holds:
+            held_.stop(self)
         awaited, self.awaited = self.awaited, {}
         for ctx, state, caused_by in awaited.values():
             self.event("fault", ctx, state, phase="response_discarded",
@@ -370,6 +379,8 @@ class _Connection:
         self.close_reason = reason
         if not rst and self.down is not None:
             self._report_held_back()
+        if self.holds and not self.keep_upstream:
+            held_.stop(self, f"connection closed: {reason}")
         for sender in (self.up, self.down):
             if sender is not None:
                 sender.flush()
@@ -377,8 +388,8 @@ class _Connection:
         for side in (self.client_side, self.upstream_side):
             if side is None:
                 continue
-            if side is self.upstream_side and self.awaited:
-                continue  # kept open for the answers a reset still awaits
+            if side is self.upstream_side and (self.awaited or self.keep_upstream):
+                continue  # kept open for the answers a reset still awaits, or a held request's late delivery
             side.detach()
             if rst:
                 abort_with_rst(side.transport)
@@ -513,6 +524,8 @@ class _Connection:
                     continue
                 if rule.action == LOST_ACK and not ctx.expects_response:
                     continue  # acks=0: there is no ack to lose
+                if rule.action == HOLD and rule.transactional and not held_.is_transactional(ctx):
+                    continue
                 if state.roll(rng) and state.fire():
                     plan.disposition = state
                 continue
@@ -550,6 +563,8 @@ class _Connection:
             return True
         if rule.action == ERROR:
             return self._inject_error(ctx, plan, state)
+        if rule.action == HOLD:
+            return held_.hold(self, ctx, plan, state)
         return False
 
     def _inject_error(self, ctx: _Request, plan: _Plan, state: RuleState) -> bool:

@@ -27,14 +27,15 @@ BANDWIDTH = "bandwidth"
 RESET = "reset"
 BLACKHOLE = "blackhole"
 METADATA_FAULT = "metadata"
-ACTIONS = (LOST_ACK, ERROR, LATENCY, BANDWIDTH, RESET, BLACKHOLE, METADATA_FAULT, CORRUPT, DUPLICATE)
+HOLD = "hold"
+ACTIONS = (LOST_ACK, ERROR, LATENCY, BANDWIDTH, RESET, BLACKHOLE, METADATA_FAULT, CORRUPT, DUPLICATE, HOLD)
 
 #: Actions that alter the broker's answer on its way back, and the one API each acts on. Their
 #: `topic`/`partitions` filters select partitions of the answer, not of the request.
 RESPONSE_ACTIONS = {METADATA_FAULT: METADATA, CORRUPT: FETCH, DUPLICATE: FETCH}
 
 #: Actions that decide the fate of a request; at most one of them applies to a request.
-DISPOSITIONS = frozenset({LOST_ACK, ERROR, RESET, BLACKHOLE})
+DISPOSITIONS = frozenset({LOST_ACK, ERROR, RESET, BLACKHOLE, HOLD})
 
 REQUEST = "request"
 RESPONSE = "response"
@@ -60,6 +61,7 @@ _ACTION_KEYS = {
     METADATA_FAULT: {"mode"},
     CORRUPT: set(),
     DUPLICATE: set(),
+    HOLD: {"ms", "transactional"},
 }
 
 
@@ -115,6 +117,8 @@ class Rule:
     bytes_per_s: float | None = None
     after_bytes: int | None = None
     mode: str | None = None
+    hold_ms: float | None = None
+    transactional: bool = True
     # Answers of other APIs the rule also alters (a stale metadata rule: Produce and Fetch, whose error
     # answers carry leader hints); derived from the action and mode, never written.
     also_apis: frozenset[int] = frozenset()
@@ -197,6 +201,9 @@ class Rule:
                 out["after_bytes"] = self.after_bytes
         elif self.action == METADATA_FAULT:
             out["mode"] = self.mode
+        elif self.action == HOLD:
+            out["ms"] = self.hold_ms
+            out["transactional"] = self.transactional
         return out
 
 
@@ -218,6 +225,11 @@ def parse_rule(spec: Mapping[str, Any] | Rule) -> Rule:
     fields["api"] = _apis(spec.get("api"))
     if action in RESPONSE_ACTIONS:
         fields["api"] = _response_api(action, fields["api"])
+    if action == HOLD:
+        if fields["api"] is not None and fields["api"] != {PRODUCE}:
+            raise RuleError("rule field 'api': a hold rule holds Produce requests only; give api 'produce' or "
+                            "leave it out")
+        fields["api"] = frozenset({PRODUCE})
     fields["topic"] = _opt_str(spec, "topic")
     fields["partitions"] = _partitions(spec.get("partitions"))
     fields["client_id"] = _opt_str(spec, "client_id")
@@ -266,6 +278,8 @@ def _action_fields(action: str, spec: Mapping[str, Any], apis: frozenset[int] | 
             raise RuleError(f"rule field 'mode' of a metadata rule must be one of {', '.join(METADATA_MODES)} "
                             f"(missing: no leader; stale: another replica named leader); got {mode!r}")
         return {"mode": mode, "also_apis": frozenset({PRODUCE, FETCH}) if mode == STALE else frozenset()}
+    if action == HOLD:
+        return {"hold_ms": _number(spec, "ms", None, low=1.0), "transactional": _bool(spec, "transactional", True)}
     return {}
 
 

@@ -426,6 +426,13 @@ class OrderedSender:
         """The items not written yet, in stream order (filled or still pending)."""
         return tuple(self._items)
 
+    def take_all(self) -> list[Item]:
+        """Remove and return every item not written yet (the `hold` rule takes a closed client's stream)."""
+        items = list(self._items)
+        self._items.clear()
+        self._dequeued()
+        return items
+
     def idle(self) -> bool:
         """Whether nothing that can still be written is queued (empty, or waiting on an unfilled slot)."""
         return not self._items or self._items[0].state == SLOT_PENDING

@@ -205,11 +205,14 @@ PROXY = FamilySpec(
      # Answers altered on their way back: Metadata leaders (`mode` missing or stale), Fetch record batches.
      "metadata": {**_PROXY_MATCH, **_PROXY_DRAW, "mode": (str, True)},
      "fetch_corrupt": {**_PROXY_MATCH, **_PROXY_DRAW},
-     "fetch_duplicate": {**_PROXY_MATCH, **_PROXY_DRAW}},
+     "fetch_duplicate": {**_PROXY_MATCH, **_PROXY_DRAW},
+     # A (transactional) Produce held `ms`, past the client's timeout, then delivered on the proxy's own
+     # broker connection after the client gave up on it (proxy/held.py).
+     "hold": {**_PROXY_MATCH, **_PROXY_DRAW, "ms": (_NUM, True), "transactional": (bool, False)}},
     heal_fields=("proxy_fired", "proxy_matched"), undo=("proxy_rules",), needs="proxy",
     actions={"lost_ack": "lost_ack", "error": "error", "latency": "latency", "proxy_bandwidth": "bandwidth",
              "reset": "reset", "blackhole": "blackhole", "metadata": "metadata", "fetch_corrupt": "corrupt",
-             "fetch_duplicate": "duplicate"})
+             "fetch_duplicate": "duplicate", "hold": "hold"})
 # One node at a time: stop, start again on another version and/or with other settings (a rolling_restart
 # without `config`: as it was), wait until it is back in every ISR (docs/upgrades.md). Instantaneous on the timeline: no `duration`. Each step is
 # a row of the fault log of its own (not injectable by itself).

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 job = load_analysis_job()
 policy = load_policy()
 EOS_KINDS = ("eos_lost", "eos_duplicated", "eos_aborted_read", "precommitted_read", "offsets_outputs_disagree",
-             "hanging_transaction")
+             "eos_late_write", "hanging_transaction", "lso_stall")
 
 
 def test_the_pipeline_tables_are_optional_ledger_tables_the_job_knows():
@@ -31,6 +31,11 @@ def test_missing_tables_in_ledger_order():
     assert job.missing_tables({}) == list(PIPELINE_TABLES)
     assert job.missing_tables({"transactions": True, "output_reads": False}) == [
         "transaction_records", "output_reads", "output_audit", "pipeline_partitions"]
+
+
+def test_the_lso_stall_threshold_is_the_transaction_timeout_plus_the_coordinators_check_interval():
+    assert job.lso_stall_threshold_ns({}) == 20_000_000_000
+    assert job.lso_stall_threshold_ns({"scenario": {"pipeline": {"transaction_timeout_ms": 30_000}}}) == 40_000_000_000
 
 
 def test_metrics_say_why_the_pipeline_is_not_applicable():
@@ -62,7 +67,10 @@ def test_the_claim_is_not_applicable_without_the_pipeline_ledger():
 
 def test_every_kind_golden_puts_each_kind_in_its_own_partition():
     g = golden.pipeline_every_kind()
-    assert set(g.counts) == set(EOS_KINDS) | {"eos_dirty_read"}
+    # The two transaction-fault kinds have goldens of their own (tests/golden_pipeline.py).
+    assert set(g.counts) == set(EOS_KINDS) - {"eos_late_write", "lso_stall"} | {"eos_dirty_read"}
+    assert set(golden.GOLDENS["pipeline_delayed_produce"]().counts) == {"eos_late_write", "eos_duplicated"}
+    assert set(golden.GOLDENS["pipeline_hanging"]().counts) == {"lso_stall", "hanging_transaction"}
     assert {r["outcome"] for r in g.rows["transactions"]} <= set(TXN_OUTCOMES)
     by_value = {r["value_id"]: r["partition"] for r in g.rows["sends"]}
     parts = {k: {by_value[v] for v in vids} for k, vids in g.value_ids.items()}

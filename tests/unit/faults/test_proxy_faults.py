@@ -46,6 +46,7 @@ def test_proxy_kinds_are_fault_kinds_and_map_to_valid_rules():
         "metadata": {"mode": "stale", "topic": "t", "partitions": [0], "count": 3},
         "fetch_corrupt": {"every": 10, "count": 5},
         "fetch_duplicate": {"topic": "t", "probability": 0.5},
+        "hold": {"ms": 12000, "count": 1, "topic": "t-out", "partitions": [0]},
     }
     for kind in PROXY_KINDS:
         spec = FaultSpec(kind, "leader:0", examples[kind]).validate()

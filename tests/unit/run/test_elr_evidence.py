@@ -80,6 +80,10 @@ def test_the_sampler_keeps_changes_only():
     class Cluster:
         def direct_bootstrap(self) -> str:
             return f"127.0.0.1:1,{broker.address}"
+
+        def direct_client_config(self) -> dict:
+            return {"security.protocol": "SSL"}
+    assert ElrSampler(Cluster(), "t").start().summary()["last_error"].startswith("not sampled: ")
     sampler = ElrSampler(Cluster(), "t")
     for _ in range(3):
         sampler.sample()

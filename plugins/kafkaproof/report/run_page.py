@@ -346,7 +346,8 @@ def section_scenario(v: RunView) -> Markup:
              ("expect", "pass" if outcome == "pass" else f"detect {', '.join(detect)}: {why}"),
              ("cluster", f"{cluster.get('brokers', '?')} brokers, {cluster.get('controllers', 0)} dedicated "
                          f"controllers, Kafka {cluster.get('kafka_version', '?')}, config "
-                         f"{as_json(cluster.get('config') or {})}"),
+                         f"{as_json(cluster.get('config') or {})}"
+                         + (f", formatted with features {as_json(cluster['features'])}" if cluster.get("features") else "")),
              ("topic", f"{topic.get('name', '?')}: {topic.get('partitions', '?')} partitions, RF "
                        f"{topic.get('replication_factor', '?')}, config {as_json(topic.get('config') or {})}"),
              ("producers", producers_text(scn.get("producers"))),

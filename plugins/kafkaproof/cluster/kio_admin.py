@@ -108,7 +108,7 @@ def describe_topic_partitions(address: str, topic: str, timeout_s: float = 2.0) 
     return sorted(out, key=lambda p: p.partition)
 
 
-def finalized_features(address: str, timeout_s: float = 5.0) -> dict[str, int]:
+def finalized_features(address: str, timeout_s: float = 2.0) -> dict[str, int]:
     """The cluster's finalised feature levels as the broker at `address` reports them (ApiVersions v3); a
     feature finalised at level 0 is not listed by Kafka, so it is absent here too."""
     response = call(address, ApiVersionsRequest(client_software_name="kafkaproof", client_software_version="1"),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..spec.client_versions import read_client_versions, summary as client_summary
+from ..spec.elr_evidence import elections, ids_text, leaderless_windows
 from ..spec.group_protocol import protocol_text
 from ..spec.connection import connection_text
 from ..spec.ledger import MANIFEST, SIDE_TABLES, TABLES
@@ -238,6 +239,36 @@ def section_recovery(v: RunView) -> Markup:
     return join(out)
 
 
+def section_elr(v: RunView) -> Markup:
+    """Leader, ISR and eligible leader replicas (KIP-966) as DescribeTopicPartitions answered them; nothing
+    when the run has no such evidence (Kafka before 4.0, an older run)."""
+    m = v.data.manifest or {}
+    section, features = m.get("elr"), m.get("features") or {}
+    if not isinstance(section, Mapping):
+        return Markup("")
+    def t(ns: Any) -> str:
+        return "–" if ns is None else fmt_t((int(ns) - v.t0) / 1e9)
+    level = (features.get("finalized") or {}).get("eligible.leader.replicas.version", 0)
+    out = [tag("h2", "Leaders and eligible leader replicas", id="elr"),
+           tag("p", f"ELR {'on' if level else 'off'} (eligible.leader.replicas.version={level}"
+                    f"{', pinned at format' if 'eligible.leader.replicas.version' in (features.get('format') or {}) else ''}); "
+                    f"{fmt_int(section.get('samples'))} samples every {section.get('interval_s')} s, "
+                    f"{fmt_int(section.get('failures'))} no broker answered.", class_="sub")]
+    picked = [f"{t(e['ts_ns'])}: partition {e['partition']} led by {e['leader']} (was {e['previous']}, epoch "
+              f"{e['epoch']}){' from the ELR ' + ids_text(e['elr_before']) if e['from_elr'] else ''}"
+              for e in elections(section)]
+    gaps = [f"partition {w['partition']} leaderless {t(w['start_ns'])} – {t(w['end_ns'])}"
+            for w in leaderless_windows(section)]
+    if picked or gaps:
+        out.append(bullets(picked + gaps))
+    rows = [(t(c["ts_ns"]), c["partition"], c["leader"], c.get("leader_epoch"), ids_text(c.get("isr")),
+             ids_text(c.get("elr")), ids_text(c.get("last_known_elr")), ids_text(c.get("offline")), c.get("from"))
+            for c in section.get("changes") or []]
+    out.append(table(["at", "partition", "leader", "epoch", "ISR", "ELR", "last known ELR", "offline", "answered by"],
+                     rows, numeric=[0, 1, 2, 3]) if rows else none_note("No broker answered DescribeTopicPartitions."))
+    return join(out)
+
+
 def timestamps_text(stamps: Mapping[str, Any]) -> str:
     """Pure: what the clock faults did to the log's timestamps (analysis `timestamps`)."""
     n = stamps.get("regressions") or 0
@@ -315,7 +346,8 @@ def section_scenario(v: RunView) -> Markup:
              ("expect", "pass" if outcome == "pass" else f"detect {', '.join(detect)}: {why}"),
              ("cluster", f"{cluster.get('brokers', '?')} brokers, {cluster.get('controllers', 0)} dedicated "
                          f"controllers, Kafka {cluster.get('kafka_version', '?')}, config "
-                         f"{as_json(cluster.get('config') or {})}"),
+                         f"{as_json(cluster.get('config') or {})}"
+                         + (f", formatted with features {as_json(cluster['features'])}" if cluster.get("features") else "")),
              ("topic", f"{topic.get('name', '?')}: {topic.get('partitions', '?')} partitions, RF "
                        f"{topic.get('replication_factor', '?')}, config {as_json(topic.get('config') or {})}"),
              ("producers", producers_text(scn.get("producers"))),
@@ -472,12 +504,12 @@ def render_run(v: RunView, examples: int) -> str:
     nav = tag("div", join([link(f"#{a}", t) for a, t in (
         ("timeline", "timeline"), ("anomalies", "anomalies"), ("exercised", "exercised"), ("outcomes", "outcomes"),
         ("errors", "errors"),
-        ("recovery", "recovery"), ("latency", "latency"), ("scenario", "scenario"), ("cluster", "cluster"),
+        ("recovery", "recovery"), ("elr", "ELR"), ("latency", "latency"), ("scenario", "scenario"), ("cluster", "cluster"),
         ("files", "files"), ("trend", "trend"))], " · "), class_="sub")
     body = [section_header(v), nav, section_verdict(v), section_explanation(v), section_problems(v),
             section_timeline(v), section_anomalies(v, examples), section_exercised(v),
             tag("div", [tag("div", section_outcomes(v)), tag("div", section_errors(v))], class_="grid2"),
-            section_recovery(v), section_latency(v), section_scenario(v), section_environment(v),
+            section_recovery(v), section_elr(v), section_latency(v), section_scenario(v), section_environment(v),
             section_trend(v), section_links(v)]
     return page(f"{v.verdict.status.upper()} {v.name} — kafkaproof", body)
 

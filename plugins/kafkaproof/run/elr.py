@@ -51,6 +51,12 @@ class ElrSampler:
         self._thread = threading.Thread(target=self._loop, name="elr-sampler", daemon=True)
 
     def start(self) -> "ElrSampler":
+        """Start sampling; on a secured listener (the kio calls speak plaintext) it never starts, and says so."""
+        try:
+            kio_admin.check_plaintext(self.cluster.direct_client_config())
+        except kio_admin.KioUnsupported as e:
+            self.last_error = f"not sampled: {e}"
+            return self
         self._thread.start()
         return self
 

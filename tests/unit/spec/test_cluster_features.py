@@ -35,6 +35,12 @@ def test_elr_is_a_spelling_of_the_feature_map_and_reaches_the_format():
     assert Scenario("t", "s.yaml", data).hash() == Scenario("t", "s.yaml", again).hash()
 
 
+def test_clusters_with_other_levels_are_not_shared():
+    from kafkaproof.cluster.reuse import config_key
+    on, off = (cluster_config(_validate({"kafka_version": "4.3.1", "elr": elr}), "t") for elr in (True, False))
+    assert config_key(on) != config_key(off)
+
+
 def test_without_features_nothing_changes():
     data = _validate({"kafka_version": "4.3.1"})
     assert "features" not in data["cluster"] and cluster_config(data, "t").features == {}

@@ -387,3 +387,16 @@ def test_a_node_that_refuses_its_damaged_files_is_the_outcome_and_one_that_hangs
     with pytest.raises(FaultError, match=r"node 2 neither started nor exited within 0.5s; see node-2/server.log"):
         injector.heal(stuck.fault_id)
     assert [f["fault_id"] for f in cluster.faults] == [stuck.fault_id]  # still active: a failed heal
+
+
+def test_a_compose_scenario_with_file_corrupt_on_an_engine_elsewhere_is_refused_before_anything_starts(monkeypatch):
+    from types import SimpleNamespace
+    from kafkaproof.errors import KafkaproofError
+    from kafkaproof.run.scenario_run import ScenarioRun
+    from kafkaproof.spec.scenario import TimelineFault
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.9:2376")
+    entries = [TimelineFault(5.0, FaultSpec("file_corrupt", "leader:0", SEGMENT), None, 0)]
+    run = SimpleNamespace(scenario=SimpleNamespace(timeline=lambda: entries))
+    with pytest.raises(KafkaproofError, match=r"faults file_corrupt are not supported by the compose cluster backend "
+                                              r"here: .*the Docker engine tcp://10.0.0.9:2376 runs on another machine"):
+        ScenarioRun._refuse_unsupported(run, ComposeCluster.supported_for(), "compose")

@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 MAIN_CLASS = "io.kafkaproof.driver.Main"
 JAR_NAME = "kafkaproof-driver.jar"
 ROLES = ("producer", "consumer")  # the roles whose client config names the driver lists
-WORKER_ROLES = (*ROLES, "copier")  # the workers it runs (a copier: an exactly-once pipeline's, run/copier.py)
+# The workers it runs: a copier (an exactly-once pipeline's, run/copier.py); share: a KIP-932 share consumer in a
+# consumer's place (run/share_run.py)
+WORKER_ROLES = (*ROLES, "copier", "share")
 HEAP = "256m"
 # Host with 2 cores shared with the brokers: one GC thread, no concurrent GC work.
 JVM_OPTS = ("-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError", "-XX:-UsePerfData", "-Djava.awt.headless=true")
@@ -227,7 +229,8 @@ def _java_command(args: list[str], client_version: str) -> list[str]:
 
 
 def command(role: str, spec_path: Path, client_version: str) -> list[str]:
-    """The command line running a `producer`, `consumer` or `copier` with the worker spec at `spec_path`."""
+    """The command line running a `producer`, `consumer`, `copier` or `share` consumer with the worker spec at
+    `spec_path`."""
     if role not in WORKER_ROLES:
         raise JavaDriverError(f"unknown worker role {role!r}; allowed: {', '.join(WORKER_ROLES)}")
     return _java_command([role, str(spec_path)], client_version)

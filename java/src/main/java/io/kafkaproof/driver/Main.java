@@ -20,6 +20,7 @@ import org.apache.kafka.common.config.ConfigException;
  * producer SPEC.json                  run a recording producer (see ProducerWorker)
  * consumer SPEC.json                  run a recording consumer (see ConsumerWorker)
  * copier SPEC.json                    run an exactly-once read-process-write copier (see CopierWorker)
+ * share SPEC.json                     run a recording share consumer (KIP-932, see ShareConsumerWorker)
  * config-names producer|consumer      the client's config names, one per line
  * defaults                            the producer's, consumer's and admin client's declared defaults (JSON,
  *                                     see Defaults)
@@ -33,7 +34,7 @@ import org.apache.kafka.common.config.ConfigException;
  * 3 halted by the watchdog, 4 a copier fenced (or its producer in a fatal state): the run starts it again.
  */
 public final class Main {
-    private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer|copier SPEC.json\n"
+    private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer|copier|share SPEC.json\n"
             + "       ... config-names producer|consumer\n"
             + "       ... defaults\n"
             + "       ... check-config producer|consumer SPEC.json\n"
@@ -58,6 +59,7 @@ public final class Main {
                 case "producer":
                 case "consumer":
                 case "copier":
+                case "share":
                     if (args.length != 2) {
                         System.err.println(USAGE);
                         return 2;
@@ -94,7 +96,7 @@ public final class Main {
             System.err.println("kafkaproof-driver: cannot read spec " + specPath + ": " + e);
             return 2;
         }
-        String name = role + "-" + spec.lng("index", 0)
+        String name = ("share".equals(role) ? "consumer" : role) + "-" + spec.lng("index", 0)
                 + ("producer".equals(role) ? "" : "-" + spec.lng("incarnation", 0));
         Log.setName(name);
         Log.info("kafka-clients " + org.apache.kafka.common.utils.AppInfoParser.getVersion() + ", pid "
@@ -106,6 +108,8 @@ public final class Main {
                     return new ProducerWorker(spec, lc).run();
                 case "copier":
                     return new CopierWorker(spec, lc).run();
+                case "share":
+                    return new ShareConsumerWorker(spec, lc).run();
                 default:
                     return new ConsumerWorker(spec, lc).run();
             }

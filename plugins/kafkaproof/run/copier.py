@@ -223,18 +223,24 @@ def run_copier(spec: dict[str, Any]) -> int:
     report_progress()
     for s in (txns, records, offsets, reads):
         s.close()
-    event("exit")
-    events.close()
-    _finish(consumer, progress, counts, KafkaException)
+
+    def close_events() -> None:
+        event("exit")
+        events.close()
+
+    _finish(consumer, progress, counts, KafkaException, close_events)
     return exit_code
 
 
-def _finish(consumer, progress: Path, counts: dict[str, Any], kafka_exception: type) -> None:
-    """Leave the group (best effort: the cluster may be gone) and mark the progress file done."""
+def _finish(consumer, progress: Path, counts: dict[str, Any], kafka_exception: type, after_close=None) -> None:
+    """Leave the group (best effort: the cluster may be gone), then `after_close` (the consumer's revoke callback
+    still writes events while it closes, so they are closed after it), and mark the progress file done."""
     try:
         consumer.close()
     except kafka_exception:
         pass
+    if after_close is not None:
+        after_close()
     counts["done"] = True
     w.write_progress(progress, counts)
 

@@ -156,11 +156,25 @@ def run_copier(spec: dict[str, Any]) -> int:
             pass
         w.write_progress(progress, counts)
 
+    def poll_producer() -> bool:
+        """Serve the producer's callbacks; False when it raised its fatal error (e.g. INVALID_TXN_STATE after a
+        failed abort): this incarnation is done, like a fenced one, and its streams still close."""
+        try:
+            producer.poll(0)
+            return True
+        except KafkaException as e:
+            err = e.args[0]
+            counts["errors"][err.name()] = counts["errors"].get(err.name(), 0) + 1
+            print(f"producer: {err}", file=sys.stderr, flush=True)
+            return False
+
     seq, poll_id, last_progress, exit_code = 0, 0, 0.0, 0
     processing_s = spec.get("processing_ms", 0) / 1000
     while not w._stop:
         batch = [m for m in consumer.consume(num_messages=pipe["batch_size"], timeout=0.2) if m.error() is None]
-        producer.poll(0)
+        if not poll_producer():
+            exit_code = EXIT_FATAL
+            break
         if time.monotonic() - last_progress > 0.5:
             report_progress()
             last_progress = time.monotonic()
@@ -214,7 +228,8 @@ def run_copier(spec: dict[str, Any]) -> int:
                 rewind(batch)
             else:  # fenced, or fatal: this incarnation is done; its transaction's fate is the broker's
                 exit_code = EXIT_FATAL
-        producer.poll(0)
+        if not poll_producer():
+            exit_code = EXIT_FATAL
         records.flush()
         counts[outcome] += 1
         txn_row(txn, seq, outcome, begin, commit_ns, None if outcome == "indefinite" else time.monotonic_ns())

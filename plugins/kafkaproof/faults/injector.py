@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cluster.backend import ClusterBackend
+from ..cluster.coordinators import Coordinator, find_coordinator
 from ..cluster.heal import append_fault_log, cluster_fault_log, heal_recorded, now
 from ..errors import FaultError
+from ..spec.coordinator_targets import CoordinatorKind, parse_target
 from ..spec.fault_families import family_of
 from ..spec.faults import TARGET_FORMS, FaultSpec
 from .checks import check_fault
@@ -51,9 +53,13 @@ class FaultInjector:
     """Injects and heals faults on a cluster; heals everything it injected on exit."""
 
     def __init__(self, cluster: ClusterBackend, topic: str | None = None, log_path: Path | None = None,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, groups: Mapping[str, str] | None = None):
         self.cluster = cluster
         self.topic = topic
+        # The run's groups by scenario section (`{"share": <share.group>}`): the key of a coordinator target
+        # that leaves it out (`share_coordinator`).
+        self.groups = dict(groups or {})
+        self.coordinators: list[Coordinator] = []  # every coordinator target resolved, in order
         self.log_paths = [cluster_fault_log(cluster)]
         if log_path is not None:
             self.log_paths.append(Path(log_path))
@@ -97,6 +103,8 @@ class FaultInjector:
             if ctl is None:
                 raise FaultError("no active controller right now (quorum has no leader)")
             ids = [ctl]
+        elif (coordinator := parse_target(target)) is not None:
+            ids = [self.coordinator(*coordinator).node]
         elif target == "random":
             ids = [self.rng.choice(c.node_ids())]
         elif target == "brokers":
@@ -110,6 +118,18 @@ class FaultInjector:
             if i not in known:
                 raise FaultError(f"node {i} is out of range: cluster {c.name!r} has nodes {known}")
         return ids
+
+    def coordinator(self, kind: CoordinatorKind, key: str | None) -> Coordinator:
+        """Where the coordinator of `key` (default: the run's group of `kind.section`) is right now; recorded in
+        `coordinators`."""
+        key = key or self.groups.get(kind.section)
+        if not key:
+            raise FaultError(f"target {kind.name}: no {kind.key_name} to find the coordinator of: the run has no "
+                             f"{kind.section} section; name one as {kind.name}:<group>")
+        found = find_coordinator(self.cluster, kind, key)
+        self.coordinators.append(found)
+        log.info("%s of %s: %s-%d led by node %d", kind.name, key, found.topic, found.partition, found.node)
+        return found
 
     # inject / heal ---------------------------------------------------------------
     def resolve_proxied(self, target: str) -> list[int]:
@@ -143,11 +163,14 @@ class FaultInjector:
         handler = handler_for(spec.kind)
         handler.require(self.cluster, spec)
         fault_id = f"{spec.kind}-{uuid.uuid4().hex[:8]}"
+        resolved_before = len(self.coordinators)
         nodes = handler.nodes(self, spec)
         start_ns, start_wall = now()
         done = handler.inject(self, spec, nodes, fault_id)
         nodes = nodes if done.nodes is None else done.nodes
         params = {**spec.params, **done.params}
+        if len(self.coordinators) > resolved_before:  # a coordinator target: which group partition it meant
+            params["coordinator"] = self.coordinators[-1].as_json()
         fault = ActiveFault(fault_id, spec.kind, spec.resolved_target, nodes, params, start_ns, start_wall, done.heal,
                             done.rule)
         self.cluster.record_fault(fault.to_json())

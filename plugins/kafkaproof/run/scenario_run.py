@@ -333,7 +333,9 @@ class ScenarioRun:
     def _experiment(self, stack: contextlib.ExitStack, deadline: float) -> None:
         data = self.scenario.data
         topic = data["topic"]["name"]
-        injector = stack.enter_context(FaultInjector(self.cluster, topic, self.fault_log)) if self.cluster else None
+        groups = {"share": data["share"]["group"]} if data.get("share") else None  # share_coordinator's group
+        injector = (stack.enter_context(FaultInjector(self.cluster, topic, self.fault_log, groups=groups))
+                    if self.cluster else None)
         events = WorkerEvents()
         stack.callback(events.close)
         workers = Workers(self.work, {"run_id": self.run_id, "out": str(self.work), "topic": topic,

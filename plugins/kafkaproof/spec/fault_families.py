@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import FaultError
+from .coordinator_targets import TARGET_FORMS as COORDINATOR_FORMS, TARGET_PATTERN as COORDINATOR_PATTERN
 from .corruption import check_corruption_params
 
 Params = Mapping[str, tuple[Any, bool]]  # parameter name -> (type or types, required)
@@ -23,9 +24,9 @@ Check = Callable[[str, Mapping[str, Any], str], None]
 
 TARGET_FORMS = ("node:<id>", "broker:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
                 "follower:<partition>", "follower:<topic>:<partition>", "followers:<partition>",
-                "followers:<topic>:<partition>", "controller", "random", "brokers", "all")
+                "followers:<topic>:<partition>", "controller", *COORDINATOR_FORMS, "random", "brokers", "all")
 TARGET_RE = re.compile(r"^(node:\d+|broker:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|followers?:([\w.-]+:)?\d+|"
-                       r"controller|random|brokers|all)$")
+                       r"controller|" + COORDINATOR_PATTERN + r"|random|brokers|all)$")
 
 
 @dataclass(frozen=True)

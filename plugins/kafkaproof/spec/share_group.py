@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from .coordinator_targets import check_scenario_targets
 from .share_ledger import DEFAULT_DELIVERY_LIMIT, DEFAULT_LOCK_TIMEOUT_MS
 
 ACK_MODES = ("explicit", "implicit")
@@ -103,6 +104,7 @@ def check_share(data: dict[str, Any], fail: Callable[[str, str], None]) -> None:
     """Check a loaded scenario's `share` section against its cluster and claims and fill its defaults in place;
     `fail(field, message)` raises. A `claims.share_group` without the section is refused too."""
     section = data.get("share")
+    check_scenario_targets(data, fail)  # `share_coordinator` needs this section
     if section is None:
         if "share_group" in (data.get("claims") or {}):
             fail("claims.share_group", "needs a share section (share consumers): it judges their deliveries")

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 MAIN_CLASS = "io.kafkaproof.driver.Main"
 JAR_NAME = "kafkaproof-driver.jar"
 ROLES = ("producer", "consumer")
+WORKER_ROLES = ROLES + ("share",)  # share: a KIP-932 share consumer in a consumer's place (run/share_run.py)
 HEAP = "256m"
 # Host with 2 cores shared with the brokers: one GC thread, no concurrent GC work.
 JVM_OPTS = ("-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError", "-XX:-UsePerfData", "-Djava.awt.headless=true")
@@ -226,9 +227,9 @@ def _java_command(args: list[str], client_version: str) -> list[str]:
 
 
 def command(role: str, spec_path: Path, client_version: str) -> list[str]:
-    """The command line running a `producer` or `consumer` with the worker spec at `spec_path`."""
-    if role not in ROLES:
-        raise JavaDriverError(f"unknown worker role {role!r}; allowed: {', '.join(ROLES)}")
+    """The command line running a `producer`, `consumer` or `share` consumer with the worker spec at `spec_path`."""
+    if role not in WORKER_ROLES:
+        raise JavaDriverError(f"unknown worker role {role!r}; allowed: {', '.join(WORKER_ROLES)}")
     return _java_command([role, str(spec_path)], client_version)
 
 

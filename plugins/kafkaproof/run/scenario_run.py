@@ -41,6 +41,7 @@ from ..spec.fault_families import family_of
 from .app_containers import ContainerFleet, ContainerPlan, container_target, plan_containers
 from .app_run import AppRun
 from .copier_run import PipelineRun, copier_spec, reader_spec
+from .share_run import ShareRun
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .resolved import ResolvedScenario
@@ -97,6 +98,11 @@ def versions(kafka_version: str | None) -> dict[str, str | None]:
             "pyarrow": pa.__version__, "kafkaproof": __version__}
 
 
+def run_seed(run_id: str) -> int:
+    """Pure: a run's seed for its workers' random draws (from its id)."""
+    return int(uuid.uuid5(uuid.NAMESPACE_OID, run_id).hex[:8], 16)
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -138,6 +144,9 @@ class ScenarioRun:
         # an exactly-once pipeline's copiers (issue 43): they run in the consumers' places
         self.pipeline = (PipelineRun(self.scenario.data["pipeline"], self.scenario.topic, self.work)
                          if self.scenario.data.get("pipeline") else None)
+        # a share group's consumers (issue 46): they too run in the consumers' places
+        self.share = (ShareRun(self.scenario.data["share"], self.scenario.topic, self.work)
+                      if self.scenario.data.get("share") else None)
         mono, wall = time.monotonic_ns(), time.time_ns()
         self.manifest: dict[str, Any] = {
             "run_id": self.run_id, "scenario": self.scenario.data, "scenario_name": self.scenario.name,
@@ -206,10 +215,6 @@ class ScenarioRun:
     def _provision(self, stack: contextlib.ExitStack) -> None:
         """Get the cluster the run uses, refusing faults its backend cannot inject before anything starts."""
         data = self.scenario.data
-        if data.get("share"):  # checked and judged (spec/share_group.py, the analysis), not yet run
-            raise KafkaproofError(f"{self.scenario.name}: share: the share-consumer workload (the Java driver's "
-                                  f"KafkaShareConsumer worker, issue 46) is not built yet; its ledger can be "
-                                  f"analysed, but a run cannot produce one")
         if self.options.attach:
             with self.phase("provision"):
                 self.cluster = attach(self.options.cluster_name)
@@ -265,6 +270,9 @@ class ScenarioRun:
         if self.pipeline:
             with self.phase("create_output_topic"):
                 self.pipeline.create_output_topic(self.cluster, t["replication_factor"], t["config"])
+        if self.share:
+            with self.phase("share_group"):
+                self.share.configure_group(self.cluster.admin())
 
     def _check_images(self) -> None:
         """The application's container images, checked (the example's built) before the cluster starts."""
@@ -356,6 +364,8 @@ class ScenarioRun:
             consumer_spec["partitions"] = list(range(data["topic"]["partitions"]))
         if self.pipeline:
             consumer_spec = copier_spec(consumer_spec, self.pipeline.section)
+        if self.share:
+            consumer_spec = self.share.spec(cons.get("client_version", version), seed=run_seed(self.run_id))
         producer_spec = {k: prod[k] for k in ("rate", "value_size", "keys", "config") if k in prod}
         producer_spec.update({k: prod[k] for k in ("messages", "duration_s", "transactions") if k in prod})
         producer_spec["bootstrap"] = self._producer_bootstrap()
@@ -410,8 +420,13 @@ class ScenarioRun:
             timeline.stop()
             timeline.heal_everything()
         with self.phase("settle"):
-            self._wait_consumers_settle(workers, deadline)
-            self._record_group(workers)
+            if self.share:  # every record accepted, rejected or given up
+                self.share.settle(workers, high_watermarks(self.direct_bootstrap, topic,
+                                                           self.cluster.direct_client_config()),
+                                  min(deadline, time.monotonic() + data["drain"]["timeout_s"]))
+            else:
+                self._wait_consumers_settle(workers, deadline)
+                self._record_group(workers)
             workers.stop_consumers()
             if self.pipeline:  # the downstream reader catches up with the last transactions' outputs
                 self.pipeline.wait_reader(self.direct_bootstrap, self.cluster.direct_client_config(),
@@ -580,5 +595,8 @@ class ScenarioRun:
                                                   reads=self.app_reads if app else None)
         if self.pipeline:
             self.manifest["pipeline"] = {**self.pipeline.summary, "counts": self.pipeline.write_ledger(self.run_dir)}
+        if self.share:
+            self.manifest["share"] = {**self.share.summary,
+                                      "counts": self.share.write_ledger(self.run_dir, self.fault_log)}
 
 

@@ -563,6 +563,7 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
     application = parse_application(data["application"], f"{source}: application", None) \
         if data.get("application") else None
     copier.check_pipeline(data, given_consumers or {}, fail)
+    share_group.check_share(data, fail)  # before the consumer targets: the share consumers are the consumers
     cons = data["consumers"]
     if cons["count"] and cons["mode"] == "subscribe":
         cons.setdefault("group", f"kp-{data['name']}")
@@ -629,7 +630,6 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
         _check_random(data, fail)
     for i, cond in enumerate(data.get("exercised") or []):
         _check_exercise(cond, f"exercised[{i}]", data, fail)
-    share_group.check_share(data, fail)
     if (data.get("claims") or {}).get("delivery") is not None and not cons["count"]:
         fail("claims.delivery", "needs consumers (consumers.count >= 1): it claims every value reaches them")
     if "processed_once" in (data.get("claims") or {}):

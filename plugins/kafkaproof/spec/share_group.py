@@ -28,6 +28,10 @@ MIN_LOCK_TIMEOUT_MS, MAX_LOCK_TIMEOUT_MS = 1000, 3_600_000
 FIRST_SHARE_VERSION = (4, 1)      # the preview: the share.version feature must be enabled
 DEFAULT_ON_VERSION = (4, 2)       # generally available: enabled by default
 ENABLE_SETTING = "group.share.enable"
+# Broker bounds the group's own settings must lie within (Kafka's defaults: lock 15 s..60 s, limit 2..10): the run
+# widens them in the cluster's config when the section asks for a shorter or longer lock.
+MIN_LOCK_SETTING, MAX_LOCK_SETTING = "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"
+BROKER_MIN_LOCK_MS, BROKER_MAX_LOCK_MS = 15_000, 60_000
 # Client settings the driver owns: the ack mode comes from `ack.mode`; a share consumer has no group protocol.
 RESERVED_CONFIG = {"share.acknowledgement.mode": "set share.ack.mode (explicit | implicit) instead",
                    "group.protocol": "a share consumer has no group protocol (KafkaShareConsumer always uses the "
@@ -126,4 +130,24 @@ def check_share(data: dict[str, Any], fail: Callable[[str, str], None]) -> None:
     if total > 1:
         fail("share.ack", f"release + reject + no_ack is {total:g}: the probabilities of one record add up to at "
                           f"most 1")
-    data["share"] = with_defaults(section, data["name"])
+    cons = data["consumers"]
+    if cons.get("client", "java") != "java":
+        fail("consumers.client", f"{cons['client']!r}: the share consumers are the Java driver's KafkaShareConsumer "
+                                 f"(confluent-kafka's ShareConsumer is not used); remove it")
+    client_version = str(cons.get("client_version") or cluster["kafka_version"])
+    if _version(client_version) < FIRST_SHARE_VERSION:
+        fail("consumers.client_version", f"kafka-clients {client_version} has no KafkaShareConsumer that speaks the "
+                                         f"share-group RPCs of Kafka 4.1+; use 4.1 or later (or remove it)")
+    data["share"] = share = with_defaults(section, data["name"])
+    cons["count"] = share["consumers"]  # the share consumers take the consumers' places (consumer:<i> faults)
+    cons["client"] = "java"
+    config = cluster.setdefault("config", {})
+    lock = int(share["lock_timeout_ms"])
+    if lock < BROKER_MIN_LOCK_MS:
+        config.setdefault(MIN_LOCK_SETTING, min(lock, BROKER_MIN_LOCK_MS))
+    if lock > BROKER_MAX_LOCK_MS:
+        config.setdefault(MAX_LOCK_SETTING, lock)
+    for name, bound in ((MIN_LOCK_SETTING, lambda v: v <= lock), (MAX_LOCK_SETTING, lambda v: v >= lock)):
+        if name in config and not bound(int(config[name])):
+            fail(f"cluster.config.{name}", f"{config[name]}, but share.lock_timeout_ms is {lock}: the broker would "
+                                           f"refuse the group's lock duration")

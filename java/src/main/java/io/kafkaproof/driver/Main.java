@@ -19,6 +19,7 @@ import org.apache.kafka.common.config.ConfigException;
  * <pre>
  * producer SPEC.json                  run a recording producer (see ProducerWorker)
  * consumer SPEC.json                  run a recording consumer (see ConsumerWorker)
+ * share SPEC.json                     run a recording share consumer (KIP-932, see ShareConsumerWorker)
  * config-names producer|consumer      the client's config names, one per line
  * check-config producer|consumer SPEC.json
  *                                     build and close the client a worker of that spec would build (no
@@ -30,7 +31,7 @@ import org.apache.kafka.common.config.ConfigException;
  * 3 halted by the watchdog.
  */
 public final class Main {
-    private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer SPEC.json\n"
+    private static final String USAGE = "usage: java io.kafkaproof.driver.Main producer|consumer|share SPEC.json\n"
             + "       ... config-names producer|consumer\n"
             + "       ... check-config producer|consumer SPEC.json\n"
             + "       ... classify EXCEPTION_CLASS [MESSAGE] [--in-send] [--retries N]";
@@ -53,6 +54,7 @@ public final class Main {
             switch (args[0]) {
                 case "producer":
                 case "consumer":
+                case "share":
                     if (args.length != 2) {
                         System.err.println(USAGE);
                         return 2;
@@ -82,14 +84,21 @@ public final class Main {
             System.err.println("kafkaproof-driver: cannot read spec " + specPath + ": " + e);
             return 2;
         }
-        String name = role + "-" + spec.lng("index", 0)
-                + ("consumer".equals(role) ? "-" + spec.lng("incarnation", 0) : "");
+        String name = ("share".equals(role) ? "consumer" : role) + "-" + spec.lng("index", 0)
+                + ("producer".equals(role) ? "" : "-" + spec.lng("incarnation", 0));
         Log.setName(name);
         Log.info("kafka-clients " + org.apache.kafka.common.utils.AppInfoParser.getVersion() + ", pid "
                 + ProcessHandle.current().pid() + ", spec " + specPath);
         Lifecycle lc = new Lifecycle(spec.lng("parent_pid", 0), spec.dbl("close_timeout_s", 10)).start();
         try {
-            return "producer".equals(role) ? new ProducerWorker(spec, lc).run() : new ConsumerWorker(spec, lc).run();
+            switch (role) {
+                case "producer":
+                    return new ProducerWorker(spec, lc).run();
+                case "share":
+                    return new ShareConsumerWorker(spec, lc).run();
+                default:
+                    return new ConsumerWorker(spec, lc).run();
+            }
         } catch (ConfigException e) {
             Log.error("invalid " + role + " config: " + e.getMessage());
             return 2;

@@ -364,7 +364,7 @@ def test_lost_acknowledgements_are_unconfirmed_and_a_leader_change_exempts_redel
     assert m["outcomes"] == SHARE_UNCONFIRMED_OUTCOMES and m["failover_redeliveries"] == 0
     assert m["acks"]["accept"] == {"ok": 5, "failed": 2} and m["acks"]["reject"] == {"ok": 0, "failed": 1}
     failover = metrics_of(runs["share_failover"])["share"]
-    assert failover["failover_redeliveries"] == 3 and failover["redeliveries"] == 4
+    assert failover["failover_redeliveries"] == 3 and failover["redeliveries"] == 6
     assert failover["outcomes"]["accepted"] == 4
     rows = anomalies_of(runs["share_failover"])
     (jump,) = rows[rows["kind"] == "share_delivery_count"].itertuples()

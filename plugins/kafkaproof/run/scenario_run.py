@@ -41,7 +41,7 @@ from ..spec.fault_families import family_of
 from .app_containers import ContainerFleet, ContainerPlan, container_target, plan_containers
 from .app_run import AppRun
 from .copier_run import PipelineRun, copier_spec, reader_spec
-from .share_run import ShareRun
+from .share_run import ShareRun, share_clients
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
 from .resolved import ResolvedScenario
@@ -158,6 +158,8 @@ class ScenarioRun:
             "clock": {"monotonic_origin_ns": mono, "wall_origin_ns": wall, "unit": "ns", "source": "CLOCK_MONOTONIC"},
             "topic": self.scenario.topic, "clients": effective_clients(self.scenario.data),
             "status": "running", "error": None}
+        if self.share:  # judged on the share ledger (claim share_group), not as a consumer group's reads
+            self.manifest["clients"] = share_clients(self.manifest["clients"], self.share.section)
         if self.scenario.random_faults:
             self.manifest["random_schedule"] = {"seed": self.scenario.random_faults["seed"],
                                                 "faults": self.scenario.data["faults"]}

@@ -56,6 +56,14 @@ def share_spec(section: Mapping[str, Any], client_version: str, seed: int = 0) -
 UNCONFIRMED_GRACE_MS = 2_000
 
 
+def share_clients(clients: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: the manifest's `clients` of a share run: no consumers of a consumer group (the analysis would look
+    for their reads), and the share consumers under `share_consumers`."""
+    return {**clients, "consumers": [],
+            "share_consumers": [{"index": i, "client": "java", "group": section["group"],
+                                 "acknowledgement_mode": section["ack"]["mode"]} for i in range(section["consumers"])]}
+
+
 def record_states(deliveries: Iterable[Mapping[str, Any]], acks: Iterable[Mapping[str, Any]], limit: int,
                   lock_ms: int, now_ns: int) -> dict[tuple[int, int], str]:
     """Pure: where each delivered record stands now: `accepted` or `rejected` (a confirmed acknowledgement),

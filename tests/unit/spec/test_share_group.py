@@ -66,3 +66,26 @@ def test_bad_share_settings_are_refused(change, field, words):
 def test_the_schema_refuses_limits_kafka_refuses():
     with pytest.raises(ScenarioError, match="share.delivery_limit"):
         validate_document(doc(share__delivery_limit=11), "s.yaml")
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"consumers__client": "librdkafka"}, "consumers.client", "the Java driver's KafkaShareConsumer"),
+    ({"consumers__client_version": "3.9.2"}, "consumers.client_version", "kafka-clients 3.9.2 has no KafkaShareConsumer"),
+    ({"cluster__config": {"group.share.min.record.lock.duration.ms": 5000}},
+     "cluster.config.group.share.min.record.lock.duration.ms", "would refuse the group's lock duration"),
+])
+def test_a_client_without_share_consumers_is_refused_naming_the_field(change, field, words):
+    d = doc(cluster__kafka_version="4.3.1", **change)
+    with pytest.raises(ScenarioError, match=f"s.yaml: {field}: .*{words}"):
+        validate_document(d, "s.yaml")
+
+
+def test_the_share_consumers_take_the_consumers_places_and_the_broker_takes_a_short_lock():
+    data = validate_document(doc(cluster={"kafka_version": "4.3.1"}), "s.yaml")
+    assert data["consumers"]["count"] == 3 and data["consumers"]["client"] == "java"
+    assert data["cluster"]["config"]["group.share.min.record.lock.duration.ms"] == 2000
+    long_lock = validate_document(doc(cluster={"kafka_version": "4.3.1"}, share__lock_timeout_ms=90_000), "s.yaml")
+    assert long_lock["cluster"]["config"] == {"group.share.max.record.lock.duration.ms": 90_000}
+    with pytest.raises(ScenarioError, match="faults\\[0\\].target: 'consumer:3': consumers are consumer:0..consumer:2"):
+        validate_document(doc(cluster={"kafka_version": "4.3.1"},
+                              faults=[{"at": 1, "kind": "kill", "target": "consumer:3"}]), "s.yaml")

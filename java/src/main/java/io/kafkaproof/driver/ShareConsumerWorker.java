@@ -64,6 +64,7 @@ final class ShareConsumerWorker {
     private final long poisonEvery;
     private final long lockMs;
     private final SplittableRandom random;
+    private final Notifier notifier;
     private Tsv deliveries;
     private Tsv acks;
     private Tsv members;
@@ -100,6 +101,7 @@ final class ShareConsumerWorker {
         this.poisonEvery = ack == null ? 0 : ack.lng("poison_every", 0);
         this.lockMs = share.lng("lock_timeout_ms", 30_000);
         this.random = new SplittableRandom(share.lng("seed", 0) * 1_000_003L + index * 1009L + incarnation);
+        this.notifier = new Notifier(spec.str("notify", null));
     }
 
     private static Method deliveryCountMethod() {
@@ -242,6 +244,10 @@ final class ShareConsumerWorker {
                 pending.remove(key(p.partition, p.offset));
                 ackResult(p, r.orElse(null));
             }
+        }
+        if (results.values().stream().anyMatch(Optional::isEmpty)) {  // a trigger `consumer_commit` waits for it
+            notifier.send("{\"consumer\":" + index + ",\"incarnation\":" + incarnation
+                    + ",\"event\":\"commit\",\"ts_ns\":" + System.nanoTime() + "}");
         }
     }
 

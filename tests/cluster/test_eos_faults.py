@@ -18,7 +18,6 @@ import pytest
 
 from kafkaproof import analysis
 from kafkaproof.cluster import install
-from kafkaproof.faults.coordinators import CoordinatorKeys
 from kafkaproof.faults.injector import FaultInjector
 from kafkaproof.run import RunOptions, ScenarioRun
 from kafkaproof.run.resolved import resolve
@@ -62,11 +61,11 @@ def test_coordinator_targets_are_the_brokers_find_coordinator_names(make_cluster
     cluster.wait_in_sync("__consumer_offsets")
     got, want = {}, {}
     for tid in TXN_IDS:
-        injector = FaultInjector(cluster, coordinators=CoordinatorKeys(transactional_ids=(tid,)))
+        injector = FaultInjector(cluster, coordinator_keys={"pipeline": (tid,)})
         got[tid], want[tid] = injector.resolve("txn_coordinator:0"), [txn_coordinator(cluster, tid)]
     described = cluster.admin().describe_consumer_groups(list(GROUPS))
     for g in GROUPS:
-        injector = FaultInjector(cluster, coordinators=CoordinatorKeys(group=g))
+        injector = FaultInjector(cluster, coordinator_keys={"consumers": g})
         got[g], want[g] = injector.resolve("group_coordinator"), [described[g].result(timeout=30).coordinator.id]
     print(f"coordinators: {got}")
     assert got == want

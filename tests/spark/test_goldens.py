@@ -379,6 +379,26 @@ def test_the_share_claim_counts_outcomes_and_is_never_passed_without_its_ledger(
     assert {r.anomaly for r in result.rows if r.not_applicable} == set(policy.forbidden_by_claim["share_group"])
 
 
+@pytest.mark.spark
+def test_lost_acknowledgements_are_unconfirmed_and_a_leader_change_exempts_redeliveries(runs):
+    """Issue 46: outcome `unconfirmed` (a failed accept or reject never followed by a delivery), and the failover
+    exemption (a share-partition leader change between two deliveries), whose count jump stays an anomaly."""
+    from golden_share import SHARE_UNCONFIRMED_OUTCOMES
+
+    m = metrics_of(runs["share_unconfirmed"])["share"]
+    assert m["outcomes"] == SHARE_UNCONFIRMED_OUTCOMES and m["failover_redeliveries"] == 0
+    assert m["acks"]["accept"] == {"ok": 5, "failed": 2} and m["acks"]["reject"] == {"ok": 0, "failed": 1}
+    failover = metrics_of(runs["share_failover"])["share"]
+    assert failover["failover_redeliveries"] == 3 and failover["redeliveries"] == 6
+    assert failover["outcomes"]["accepted"] == 4
+    rows = anomalies_of(runs["share_failover"])
+    (jump,) = rows[rows["kind"] == "share_delivery_count"].itertuples()
+    assert "with delivery count 3 after count 1 (expected at most 2: its partition's leader changed in between)" \
+        in jump.detail
+    (held,) = rows[rows["kind"] == "share_concurrent_acquisition"].itertuples()
+    assert (held.partition, held.offset) == (1, 0)
+
+
 # --------------------------------------------------------------------------- spark: on a real cluster
 
 def _table(path: Path):

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cluster.backend import ClusterBackend
+from ..cluster.coordinators import Coordinator, find_coordinator
 from ..cluster.heal import append_fault_log, cluster_fault_log, heal_recorded, now
 from ..errors import FaultError
+from ..spec.coordinator_targets import CoordinatorKind, parse_target
 from ..spec.fault_families import family_of
 from ..spec.faults import TARGET_FORMS, FaultSpec
 from .checks import check_fault
-from .coordinators import CoordinatorKeys, is_coordinator_target
 from .families import handler_for
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,13 @@ class FaultInjector:
     """Injects and heals faults on a cluster; heals everything it injected on exit."""
 
     def __init__(self, cluster: ClusterBackend, topic: str | None = None, log_path: Path | None = None,
-                 rng: random.Random | None = None, coordinators: CoordinatorKeys | None = None):
+                 rng: random.Random | None = None, coordinator_keys: Mapping[str, Any] | None = None):
         self.cluster = cluster
         self.topic = topic
-        self.coordinators = coordinators  # what txn_coordinator:<i> / group_coordinator stand for (a run's)
+        # What a scenario run's coordinator targets stand for, by section (spec/coordinator_targets.run_keys):
+        # `{"consumers": group, "share": share group, "pipeline": (copier 0's transactional id, ...)}`.
+        self.coordinator_keys = dict(coordinator_keys or {})
+        self.coordinators: list[Coordinator] = []  # every coordinator target resolved, in order
         self.log_paths = [cluster_fault_log(cluster)]
         if log_path is not None:
             self.log_paths.append(Path(log_path))
@@ -99,13 +103,8 @@ class FaultInjector:
             if ctl is None:
                 raise FaultError("no active controller right now (quorum has no leader)")
             ids = [ctl]
-        elif is_coordinator_target(target):
-            if self.coordinators is None:
-                raise FaultError(f"{target}: a coordinator target needs the keys of a scenario run (its group, its "
-                                 f"copiers' transactional ids); give the fault in a scenario")
-            topic, part = self.coordinators.partition_of(c, target)
-            ids = [c.leader_of(topic, part)]
-            log.info("%s: %s-%d is led by node %d", target, topic, part, ids[0])
+        elif (coordinator := parse_target(target)) is not None:
+            ids = [self.coordinator(*coordinator).node]
         elif target == "random":
             ids = [self.rng.choice(c.node_ids())]
         elif target == "brokers":
@@ -119,6 +118,32 @@ class FaultInjector:
             if i not in known:
                 raise FaultError(f"node {i} is out of range: cluster {c.name!r} has nodes {known}")
         return ids
+
+    def coordinator_key(self, kind: CoordinatorKind, given: str | None) -> str:
+        """The key a coordinator target means: the one it names, else the run's of `kind.section`; for an indexed
+        kind (`txn_coordinator:<copier>`) the run's key at that index. FaultError when the run has none."""
+        if kind.indexed:
+            keys = self.coordinator_keys.get(kind.section) or ()
+            index = int(given or 0)
+            if index >= len(keys):
+                have = f"copiers 0..{len(keys) - 1}" if keys else "no copiers"
+                raise FaultError(f"{kind.name}:{index}: this run has {have} ({kind.name}:<copier> needs a "
+                                 f"{kind.section} section)")
+            return keys[index]
+        key = given or self.coordinator_keys.get(kind.section)
+        if not key:
+            raise FaultError(f"target {kind.name}: no {kind.key_name} to find the coordinator of: the run has no "
+                             f"{kind.section} section; name one as {kind.name}:<group>")
+        return key
+
+    def coordinator(self, kind: CoordinatorKind, key: str | None) -> Coordinator:
+        """Where the coordinator of `key` (default: the run's of `kind.section`) is right now; recorded in
+        `coordinators`."""
+        key = self.coordinator_key(kind, key)
+        found = find_coordinator(self.cluster, kind, key)
+        self.coordinators.append(found)
+        log.info("%s of %s: %s-%d led by node %d", kind.name, key, found.topic, found.partition, found.node)
+        return found
 
     # inject / heal ---------------------------------------------------------------
     def resolve_proxied(self, target: str) -> list[int]:
@@ -152,11 +177,14 @@ class FaultInjector:
         handler = handler_for(spec.kind)
         handler.require(self.cluster, spec)
         fault_id = f"{spec.kind}-{uuid.uuid4().hex[:8]}"
+        resolved_before = len(self.coordinators)
         nodes = handler.nodes(self, spec)
         start_ns, start_wall = now()
         done = handler.inject(self, spec, nodes, fault_id)
         nodes = nodes if done.nodes is None else done.nodes
         params = {**spec.params, **done.params}
+        if len(self.coordinators) > resolved_before:  # a coordinator target: which group partition it meant
+            params["coordinator"] = self.coordinators[-1].as_json()
         fault = ActiveFault(fault_id, spec.kind, spec.resolved_target, nodes, params, start_ns, start_wall, done.heal,
                             done.rule)
         self.cluster.record_fault(fault.to_json())

@@ -68,8 +68,8 @@ class _Request:
     _parsed: bool = False
 
     def targets(self, topic_names: Mapping[uuid.UUID, str]) -> tuple[kp.TopicPartitions, ...] | None:
-        """Topic/partitions of a Produce, Fetch, (Txn)OffsetCommit or AddPartitionsToTxn request (decoded
-        once, on demand); None if undecodable."""
+        """Topic/partitions of a Produce, Fetch, (Txn)OffsetCommit, AddPartitionsToTxn, ShareFetch or
+        ShareAcknowledge request (decoded once, on demand); None if undecodable."""
         if not self._parsed:
             self._parsed = True
             try:
@@ -574,7 +574,7 @@ class _Connection:
         try:
             if targets is None:
                 raise UnsupportedVersion(ctx._targets_error or "request body not decodable")
-            request = (kp.decode_request(ctx.frame, header) if header.api_key == kp.FIND_COORDINATOR else None)
+            request = (kp.decode_request(ctx.frame, header) if header.api_key in kp.REQUEST_ANSWERED_APIS else None)
             reply = kp.encode_error_response(header.api_key, header.api_version, targets,
                                              rule.error or 0, header.correlation_id, request)
         except (UnsupportedVersion, KafkaProtocolError, ValueError) as exc:

@@ -1,7 +1,8 @@
 """A tiny in-process fake Kafka cluster, for testing the proxy without a broker.
 
 It speaks just enough of the protocol for a producer and a hand-driven reader: ApiVersions,
-Metadata, InitProducerId, Produce and Fetch (every response encoded with kio). Produced record
+Metadata, InitProducerId, Produce, Fetch and ShareAcknowledge (every acknowledgement taken; a range that lists
+it: `api_ranges`), every response encoded with kio. Produced record
 batches are kept per partition with the offsets the fake assigned, so a test
 can see exactly what "the broker wrote" — including the batches whose acks the
 proxy dropped — and fetch them back. Each connection is served strictly in order, like a broker.
@@ -68,6 +69,7 @@ class FakeCluster:
         self.next_offset: dict[tuple[str, int], int] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self._producer_ids = iter(range(1000, 1 << 40))
+        self.share_acknowledged = 0  # acknowledgement batches of the ShareAcknowledge requests answered
 
     def add_broker(self, node_id: int, **kwargs: Any) -> FakeBroker:
         """Create a broker of this cluster (start it with ``await broker.start()``)."""
@@ -215,6 +217,13 @@ class FakeBroker:
             return None if request.acks == 0 else kp.encode_response(response, header.correlation_id)
         if api == kp.FETCH:
             return kp.encode_response(self._fetch(request, version), header.correlation_id)
+        if api == kp.SHARE_ACKNOWLEDGE:  # every acknowledgement taken: NONE on each partition
+            from .share_answers import build_share_error
+            self.cluster.share_acknowledged += sum(len(p.acknowledgement_batches) for t in request.topics
+                                                   for p in t.partitions)
+            targets = kp.request_targets(request, {})
+            return kp.encode_response(build_share_error(api, version, targets, ErrorCode.none, request),
+                                      header.correlation_id)
         raise KafkaProtocolError(f"fake broker does not serve {kp.api_name(api)}")
 
     def _api_versions(self, version: int, correlation_id: int, error: ErrorCode) -> bytes:

@@ -61,6 +61,11 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_CLUSTER = 60
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+#: Share-group APIs (KIP-932) whose requests name partitions, by topic id; their error answers: share_answers.py.
+SHARE_PARTITION_APIS = frozenset({SHARE_FETCH, SHARE_ACKNOWLEDGE})
 
 #: Per-partition answers the proxy can build from the request's topics (api -> response's topics
 #: field, its partitions field, the partition's error field); AddPartitionsToTxn only up to v3
@@ -73,10 +78,15 @@ PARTITION_ANSWERS: Mapping[int, tuple[str, str, str]] = {
 #: APIs an `error` rule can answer: Produce and Fetch, the per-partition ones above, and those whose
 #: answer has one top-level error (the group protocol, coordinator lookup, the transaction calls).
 ERROR_APIS = frozenset({PRODUCE, FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
-                        INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, *PARTITION_ANSWERS})
+                        INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, SHARE_GROUP_HEARTBEAT, *PARTITION_ANSWERS,
+                        *SHARE_PARTITION_APIS})
 
 #: APIs whose requests name topic/partitions the proxy decodes (`request_targets`).
-TARGETED_APIS = frozenset({PRODUCE, FETCH, *PARTITION_ANSWERS})
+TARGETED_APIS = frozenset({PRODUCE, FETCH, *PARTITION_ANSWERS, *SHARE_PARTITION_APIS})
+#: APIs a rule's `topic`/`partitions` filter may select requests of.
+FILTERABLE_APIS = frozenset({PRODUCE, FETCH, *SHARE_PARTITION_APIS})
+#: APIs whose request the proxy decodes to build an error answer (the keys asked for, the acknowledgements).
+REQUEST_ANSWERED_APIS = frozenset({FIND_COORDINATOR, *SHARE_PARTITION_APIS})
 
 #: APIs whose responses carry broker host/port pairs the proxy may rewrite.
 ADDRESS_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
@@ -475,8 +485,8 @@ def _topic_label(entry: Any, topic_names: Mapping[uuid.UUID, str]) -> tuple[str,
 
 
 def request_targets(payload: Any, topic_names: Mapping[uuid.UUID, str]) -> tuple[TopicPartitions, ...]:
-    """Topic/partitions named by a decoded Produce, Fetch, (Txn)OffsetCommit or AddPartitionsToTxn
-    request (empty for other APIs).
+    """Topic/partitions named by a decoded Produce, Fetch, (Txn)OffsetCommit, AddPartitionsToTxn, ShareFetch or
+    ShareAcknowledge request (empty for other APIs).
 
     Requests that name topics by id (Produce v13+, Fetch v13+) are resolved
     through ``topic_names`` (learned from Metadata responses); unknown ids keep the
@@ -491,6 +501,8 @@ def request_targets(payload: Any, topic_names: Mapping[uuid.UUID, str]) -> tuple
         pairs = ((t, tuple(int(p.partition_index) for p in t.partitions)) for t in payload.topics)
     elif api_key == ADD_PARTITIONS_TO_TXN:
         pairs = ((t, tuple(int(p) for p in t.partitions)) for t in getattr(payload, "v3_and_below_topics", ()))
+    elif api_key in SHARE_PARTITION_APIS:
+        pairs = ((t, tuple(int(p.partition_index) for p in t.partitions)) for t in payload.topics)
     else:
         return ()
     out = []
@@ -566,6 +578,9 @@ def build_error_response(api_key: int, version: int, targets: Iterable[TopicPart
     if api_key not in ERROR_APIS:
         raise UnsupportedVersion(f"error injection supports {', '.join(sorted(api_name(k) for k in ERROR_APIS))}; "
                                  f"not {api_name(api_key)}")
+    if api_key in SHARE_PARTITION_APIS:
+        from .share_answers import build_share_error
+        return build_share_error(api_key, version, targets, code, request)
     response_cls = response_type(api_key, version)
     mod = sys.modules[response_cls.__module__]
     if api_key == PRODUCE:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import RuleError
-from .protocol import ERROR_APIS, FETCH, METADATA, PRODUCE, TopicPartitions, api_key_of, api_name, error_code_of
+from .protocol import ERROR_APIS, FETCH, FILTERABLE_APIS, METADATA, PRODUCE, TopicPartitions, api_key_of, api_name, error_code_of
 from .responses import CORRUPT, DUPLICATE, METADATA_MODES, STALE
 
 LOST_ACK = "lost_ack"
@@ -244,8 +244,9 @@ def parse_rule(spec: Mapping[str, Any] | Rule) -> Rule:
     fields["duration_s"] = None if duration is None else _number(spec, "duration_s", 0.0, low=0.0)
     fields.update(_action_fields(action, spec, fields["api"]))
     if (fields["topic"] is not None or fields["partitions"] is not None) and action not in RESPONSE_ACTIONS:
-        if fields["api"] is None or not fields["api"] <= {PRODUCE, FETCH}:
-            raise RuleError("rule fields 'topic'/'partitions' need 'api' limited to produce and/or fetch")
+        if fields["api"] is None or not fields["api"] <= FILTERABLE_APIS:
+            raise RuleError("rule fields 'topic'/'partitions' need 'api' limited to "
+                            + ", ".join(sorted(api_name(k) for k in FILTERABLE_APIS)))
     return Rule(**fields)
 
 

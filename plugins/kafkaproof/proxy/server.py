@@ -44,7 +44,8 @@ log = logging.getLogger("kafkaproof.proxy")
 #: Max versions the proxy lets through ApiVersions: what kio can decode for the APIs it decodes.
 KIO_CAPS: Mapping[int, int] = {
     api: kp.max_supported_version(api)
-    for api in (kp.PRODUCE, kp.FETCH, kp.METADATA, kp.FIND_COORDINATOR, kp.DESCRIBE_CLUSTER)
+    for api in (kp.PRODUCE, kp.FETCH, kp.METADATA, kp.FIND_COORDINATOR, kp.DESCRIBE_CLUSTER, kp.SHARE_FETCH,
+                kp.SHARE_ACKNOWLEDGE, kp.SHARE_GROUP_HEARTBEAT)
 }
 #: Extra caps when rewriting addresses: Produce v10+ and Fetch v16+ responses may carry
 #: broker endpoints (KIP-951) that would send the client around the proxy.

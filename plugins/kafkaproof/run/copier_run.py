@@ -14,9 +14,7 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from ..faults.coordinators import CoordinatorKeys
 from ..spec import ledger
-from ..spec.copier import transactional_id
 from ..spec.pipeline_ledger import OUTPUT_READS, PIPELINE_PARTITIONS, TRANSACTION_RECORDS, TRANSACTIONS
 from .copier import txn_of_key
 from .drain import committed_offsets, drain, high_watermarks
@@ -30,13 +28,6 @@ def copier_spec(consumer_spec: Mapping[str, Any], section: Mapping[str, Any]) ->
     """Pure: the spec of the copiers, which run in the consumers' places (the same group, config and client:
     librdkafka's copier, run/copier.py, or the Java driver's CopierWorker with `consumers.client: java`)."""
     return {"client": "librdkafka", **consumer_spec, "role": "copier", "pipeline": dict(section)}
-
-
-def coordinator_keys(data: Mapping[str, Any]) -> CoordinatorKeys:
-    """Pure: what a scenario's coordinator targets stand for: its consumer group, its copiers' transactional ids."""
-    section = data.get("pipeline")
-    ids = tuple(transactional_id(section, i) for i in range(section["copiers"])) if section else ()
-    return CoordinatorKeys(group=(data.get("consumers") or {}).get("group") or None, transactional_ids=ids)
 
 
 def reader_spec(section: Mapping[str, Any], run_id: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from ..cluster.heal import now
 from ..cluster.reuse import reuse_record
 from ..errors import KafkaproofError
 from ..faults import FaultInjector
-from ..spec import ledger
+from ..spec import coordinator_targets, ledger
 from ..spec.clients import effective_clients, producer_settings
 from ..spec.client_versions import to_manifest
 from ..spec.connection import redacted
@@ -41,7 +41,7 @@ from ..spec.application import check_application_host
 from ..spec.fault_families import family_of
 from .app_containers import ContainerFleet, ContainerPlan, container_target, plan_containers
 from .app_run import AppRun
-from .copier_run import PipelineRun, coordinator_keys, copier_spec, reader_spec
+from .copier_run import PipelineRun, copier_spec, reader_spec
 from .share_run import ShareRun, share_clients
 from .assemble import FAULT_LOG, PROXY_EVENTS, assemble_ledger, collect_proxy_events
 from .control import RunControl
@@ -355,8 +355,9 @@ class ScenarioRun:
     def _experiment(self, stack: contextlib.ExitStack, deadline: float) -> None:
         data = self.scenario.data
         topic = data["topic"]["name"]
-        injector = stack.enter_context(FaultInjector(self.cluster, topic, self.fault_log,
-                                                     coordinators=coordinator_keys(data))) if self.cluster else None
+        injector = (stack.enter_context(FaultInjector(self.cluster, topic, self.fault_log,
+                                                      coordinator_keys=coordinator_targets.run_keys(data)))
+                    if self.cluster else None)
         events = WorkerEvents()
         stack.callback(events.close)
         workers = Workers(self.work, {"run_id": self.run_id, "out": str(self.work), "topic": topic,

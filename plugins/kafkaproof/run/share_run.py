@@ -6,7 +6,8 @@ them in the consumers' places (`consumer-<i>-<incarnation>`), so `consumer:<i>` 
 and their heal starts them again. Before the workload the run sets the group's configs through the admin API
 (`group_configs`): `share.auto.offset.reset=earliest` (a share group starts at the latest offset otherwise), the
 record lock duration and the delivery count limit of the scenario's `share` section. The settle phase waits, at
-most `drain.timeout_s`, until every record up to the high watermarks is accepted, rejected or given up.
+most `drain.timeout_s`, until every record up to the high watermarks is accepted, rejected or given up (or
+unconfirmed: its accept or reject failed and it did not come back once its lock ran out).
 """
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def share_spec(section: Mapping[str, Any], client_version: str, seed: int = 0) -
                       "delivery_limit": int(section["delivery_limit"]), "seed": seed}}
 
 
+# How long after a failed accept's (or reject's) lock ran out its record must have come back if the broker did not
+# take the acknowledgement: past it the record is `unconfirmed` (the analysis' outcome), no longer waited for.
+UNCONFIRMED_GRACE_MS = 2_000
+
+
 def share_clients(clients: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
     """Pure: the manifest's `clients` of a share run: no consumers of a consumer group (the analysis would look
     for their reads), and the share consumers under `share_consumers`."""
@@ -61,11 +67,16 @@ def share_clients(clients: Mapping[str, Any], section: Mapping[str, Any]) -> dic
 def record_states(deliveries: Iterable[Mapping[str, Any]], acks: Iterable[Mapping[str, Any]], limit: int,
                   lock_ms: int, now_ns: int) -> dict[tuple[int, int], str]:
     """Pure: where each delivered record stands now: `accepted` or `rejected` (a confirmed acknowledgement),
-    `given_up` (its latest delivery was at the limit and ended: released, or its lock ran out), else `open`."""
+    `given_up` (its latest delivery was at the limit and ended: released, or its lock ran out), `unconfirmed` (its
+    latest delivery's accept or reject failed, e.g. a lost answer, and it did not come back within
+    `UNCONFIRMED_GRACE_MS` after its lock ran out), else `open`."""
     ok: dict[int, str] = {}
+    failed: set[int] = set()
     for a in acks:
         if a["success"] and a["type"] in ("accept", "reject", "release"):
             ok.setdefault(a["delivery_id"], a["type"])
+        elif not a["success"] and a["type"] in ("accept", "reject"):
+            failed.add(a["delivery_id"])
     latest: dict[tuple[int, int], Mapping[str, Any]] = {}
     done: dict[tuple[int, int], str] = {}
     for d in deliveries:
@@ -82,6 +93,9 @@ def record_states(deliveries: Iterable[Mapping[str, Any]], acks: Iterable[Mappin
         elif d["delivery_count"] >= limit and (ok.get(d["delivery_id"]) == "release"
                                                or d["acquired_ns"] + lock_ms * NS_PER_MS <= now_ns):
             out[at] = "given_up"
+        elif (d["delivery_id"] in failed and d["delivery_id"] not in ok
+              and d["acquired_ns"] + (lock_ms + UNCONFIRMED_GRACE_MS) * NS_PER_MS <= now_ns):
+            out[at] = "unconfirmed"
         else:
             out[at] = "open"
     return out

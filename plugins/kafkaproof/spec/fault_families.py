@@ -15,20 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import FaultError
+from .coordinator_targets import TARGET_FORMS as COORDINATOR_FORMS, TARGET_PATTERN as COORDINATOR_PATTERN
 from .corruption import check_corruption_params
 
 Params = Mapping[str, tuple[Any, bool]]  # parameter name -> (type or types, required)
 # A family's value checks past the parameters' types: (kind, params, where) -> None, or FaultError.
 Check = Callable[[str, Mapping[str, Any], str], None]
 
-# txn_coordinator:<copier> / group_coordinator: the broker coordinating copier i's transactional.id / the run's
-# consumer group (faults/coordinators.py; a scenario run's targets: the run knows the keys).
+# Coordinator targets (group_coordinator, share_coordinator, txn_coordinator:<copier>): the broker coordinating a
+# key of the run (spec/coordinator_targets.py; resolved when injected, by faults/injector.py).
 TARGET_FORMS = ("node:<id>", "broker:<id>", "nodes:<id>,<id>", "leader:<partition>", "leader:<topic>:<partition>",
                 "follower:<partition>", "follower:<topic>:<partition>", "followers:<partition>",
-                "followers:<topic>:<partition>", "controller", "txn_coordinator:<copier>", "group_coordinator",
-                "random", "brokers", "all")
+                "followers:<topic>:<partition>", "controller", *COORDINATOR_FORMS, "random", "brokers", "all")
 TARGET_RE = re.compile(r"^(node:\d+|broker:\d+|nodes:\d+(,\d+)*|leader:([\w.-]+:)?\d+|followers?:([\w.-]+:)?\d+|"
-                       r"controller|txn_coordinator:\d+|group_coordinator|random|brokers|all)$")
+                       r"controller|" + COORDINATOR_PATTERN + r"|random|brokers|all)$")
 
 
 @dataclass(frozen=True)

@@ -616,7 +616,7 @@ def _check_semantics(data: dict, source: str, given_consumers: dict | None = Non
                 fail(f"{where}.target", f"{target!r} is a dedicated controller; proxy faults target brokers "
                                         f"(1..{brokers}): they act on the clients' requests")
     check_group_protocol(data, fail)  # consumers.config and each consumer fault's restart settings
-    coordinator_targets.check(data, fail)  # txn_coordinator:<copier>, group_coordinator
+    coordinator_targets.check(data, fail)  # group_coordinator, share_coordinator, txn_coordinator:<copier>
     for name, why in allow_errors(data.get("allow")):
         fail(name, why)
     if data.get("random_faults"):

@@ -284,7 +284,7 @@ def _errors_in(entity: Any) -> list[int]:
     return out
 
 
-_GROUP_AND_TXN_APIS = sorted(kp.ERROR_APIS - {kp.PRODUCE, kp.FETCH})
+_GROUP_AND_TXN_APIS = sorted(kp.ERROR_APIS - {kp.PRODUCE, kp.FETCH, *kp.SHARE_PARTITION_APIS})  # share: test_share_answers.py
 
 
 @pytest.mark.parametrize("api_key,version", [(k, v) for k in _GROUP_AND_TXN_APIS

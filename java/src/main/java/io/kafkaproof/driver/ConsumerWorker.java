@@ -171,18 +171,7 @@ final class ConsumerWorker {
     }
 
     private void sleepProcessing(long ms) {
-        long end = System.nanoTime() + ms * 1_000_000L;
-        while (!lc.stopping()) {
-            long left = end - System.nanoTime();
-            if (left <= 0) {
-                return;
-            }
-            try {
-                Thread.sleep(Math.min(50, Math.max(1, left / 1_000_000L)));
-            } catch (InterruptedException e) {
-                return;
-            }
-        }
+        lc.sleepUntil(System.nanoTime() + ms * 1_000_000L);
     }
 
     private void updatePositions() {
@@ -203,11 +192,7 @@ final class ConsumerWorker {
                 .append(commitErrors).append(',');
         Progress.counts(b, "positions", positions);
         b.append(",\"client\":\"java\"");
-        if (done) {
-            progress.finish(b.append(",\"done\":true}").toString());
-        } else {
-            progress.write(b.append('}').toString());
-        }
+        progress.publish(b, done);
     }
 
     private final class Listener implements ConsumerRebalanceListener {

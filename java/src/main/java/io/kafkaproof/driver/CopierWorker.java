@@ -199,11 +199,7 @@ final class CopierWorker {
         b.append(',');
         Progress.counts(b, "positions", positions);
         b.append(",\"client\":\"java\"");
-        if (done) {
-            progress.finish(b.append(",\"done\":true}").toString());
-        } else {
-            progress.write(b.append('}').toString());
-        }
+        progress.publish(b, done);
     }
 
     /** The group's committed offsets of the assigned partitions (what the run's settle phase waits for). */

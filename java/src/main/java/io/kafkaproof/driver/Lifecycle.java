@@ -100,6 +100,22 @@ final class Lifecycle {
         return reason;
     }
 
+    /** Sleeps until {@code deadlineNs} ({@link System#nanoTime()}), in steps of at most 50 ms so a stop request
+     * ends it early; an interrupt ends it too (processing time, a held-back acknowledgement's lock wait). */
+    void sleepUntil(long deadlineNs) {
+        while (!stop) {
+            long left = deadlineNs - System.nanoTime();
+            if (left <= 0) {
+                return;
+            }
+            try {
+                Thread.sleep(Math.min(50, Math.max(1, left / 1_000_000L)));
+            } catch (InterruptedException e) {
+                return;
+            }
+        }
+    }
+
     /**
      * How long a client call after the stop request may take (close, a final commit): {@code dflt}, or
      * {@link #URGENT_CLOSE_S} when the parent died.

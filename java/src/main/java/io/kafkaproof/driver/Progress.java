@@ -38,6 +38,16 @@ final class Progress {
         finished = true;
     }
 
+    /** Closes the JSON object being built in {@code b} and writes it: as the final counts (with
+     * {@code "done":true}) when {@code done}, else as a periodic update. */
+    void publish(StringBuilder b, boolean done) {
+        if (done) {
+            finish(b.append(",\"done\":true}").toString());
+        } else {
+            write(b.append('}').toString());
+        }
+    }
+
     /** Appends {@code "name": {k: v, ...}} for a map of counts. */
     static void counts(StringBuilder b, String name, Map<String, ? extends Number> m) {
         Json.quote(b, name).append(":{");

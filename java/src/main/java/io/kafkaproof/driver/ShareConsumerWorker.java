@@ -262,20 +262,6 @@ final class ShareConsumerWorker {
         pending.put(key(r.partition(), r.offset()), new Pending(deliveryId, r.partition(), r.offset(), type));
     }
 
-    private void sleepUntil(long deadlineNs) {
-        while (!lc.stopping()) {
-            long left = deadlineNs - System.nanoTime();
-            if (left <= 0) {
-                return;
-            }
-            try {
-                Thread.sleep(Math.min(50, Math.max(1, left / 1_000_000L)));
-            } catch (InterruptedException e) {
-                return;
-            }
-        }
-    }
-
     private void writeProgress(boolean done) {
         StringBuilder b = new StringBuilder(256);
         b.append("{\"read\":").append(delivered).append(",\"polls\":").append(polls).append(",\"pending_acks\":")
@@ -284,11 +270,7 @@ final class ShareConsumerWorker {
         b.append(',');
         Progress.counts(b, "ack_failed", ackFailed);
         b.append(",\"client\":\"java\",\"share\":true");
-        if (done) {
-            progress.finish(b.append(",\"done\":true}").toString());
-        } else {
-            progress.write(b.append('}').toString());
-        }
+        progress.publish(b, done);
     }
 
     /** Consumes until told to stop; returns the exit code. */
@@ -350,7 +332,7 @@ final class ShareConsumerWorker {
                 for (int k = 0; k < records.size(); k++) {
                     ConsumerRecord<byte[], byte[]> r = records.get(k);
                     if (!explicit) {  // the next poll (or the final commit) accepts it
-                        sleepUntil(System.nanoTime() + processingMs * 1_000_000L);
+                        lc.sleepUntil(System.nanoTime() + processingMs * 1_000_000L);
                         pending.put(key(r.partition(), r.offset()), new Pending(ids[k], r.partition(), r.offset(),
                                 "accept"));
                         continue;
@@ -359,7 +341,7 @@ final class ShareConsumerWorker {
                     if (lc.stopping()) {
                         type = "release";  // not processed: back to the group
                     } else {
-                        sleepUntil(System.nanoTime() + processingMs * 1_000_000L);
+                        lc.sleepUntil(System.nanoTime() + processingMs * 1_000_000L);
                         type = decide(Payload.decode(r.value()), poisonEvery, release, reject, noAck,
                                 random.nextDouble());
                     }
@@ -372,7 +354,7 @@ final class ShareConsumerWorker {
                 if (explicit) {
                     commit(commitTimeout);
                     if (!held.isEmpty()) {  // their locks time out first; then released (explicit mode needs it)
-                        sleepUntil(now + (lockMs + NO_ACK_MARGIN_MS) * 1_000_000L);
+                        lc.sleepUntil(now + (lockMs + NO_ACK_MARGIN_MS) * 1_000_000L);
                         for (int k : held) {
                             acknowledge(records.get(k), ids[k], "release");
                         }
